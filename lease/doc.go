@@ -1,0 +1,41 @@
+// Package lease defines the lease contract of leasebus: time-bounded exclusive
+// ownership of a key, with fencing tokens, renewal, atomic gap-free transfer
+// and holder introspection.
+//
+// A backend that can coordinate a lock implements [Provider]; one that cannot
+// simply omits the methods, and callers detect the capability with
+// [ProviderOf], which falls back to the always-win [Noop].
+//
+// # Contract
+//
+// Every Provider keeps these rules (package leasetest checks each of them):
+//
+//   - Acquire of a free or expired key wins. Acquire of a key held by another
+//     owner loses and names the holder, its token and the time left.
+//     Re-acquire by the holder wins and refreshes the TTL, keeping the token.
+//   - Each new tenure (an acquire of a free or expired key, or a transfer)
+//     gets a fencing token strictly greater than every earlier token of that
+//     key, across expiry and release too. Tokens never go backwards, so a
+//     resource that remembers the highest token it saw can reject the writes
+//     of a stale holder.
+//   - Renew extends only a live lease held by the owner; it never re-creates
+//     an expired one.
+//   - Release deletes the lease only when the owner holds it: a stale owner
+//     never clobbers a new holder.
+//   - Transfer is one atomic step: the key is never free between the old and
+//     the new owner; it fails (false) when the old owner no longer holds it;
+//     the new owner gets a new token and a full TTL.
+//   - Each operation is one round trip to the backend.
+//   - Bad input (an empty key or owner, ttl <= 0, from == to) returns an error
+//     wrapping [ErrInvalid] that names the field; after the backend closed,
+//     [ErrClosed]. A failure is never reported as "not acquired".
+//
+// Beyond the five methods: [HeldError] describes contention, [Keep] holds a
+// lease and renews it in the background (batching renewals when the provider
+// implements [BatchRenewer]), [Wait] blocks until a lease is acquired, and the
+// optional [Inspector] lists leases for operators.
+//
+// A lease is not a lock on the outside world: a holder paused longer than its
+// TTL (GC, SIGSTOP, a partition) may still act after losing it. Pass the
+// fencing token to the resource you protect and let it reject old tokens.
+package lease

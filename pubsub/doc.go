@@ -1,0 +1,38 @@
+// Package pubsub defines the event contract of leasebus: publish an [Event] to a
+// topic, subscribe to a topic alone (fan-out) or as one member of a [Group]
+// (competing consumers), ack a delivery by returning nil from the [Handler] and
+// nack it by returning an error (or panicking).
+//
+// # Delivery guarantees
+//
+// Every [PubSub] backend keeps these rules; package pubsubtest checks each of
+// them and any backend can run it:
+//
+//   - Durable publish: Publish returns only after the event is stored by the
+//     backend. An event whose Publish returned nil is not lost by a crash of the
+//     publisher.
+//   - Fan-out: without [Group], every subscription receives each event
+//     published after it started ([StartFrom] can move the start earlier).
+//     After Unsubscribe a subscription receives nothing more. Topics are
+//     independent.
+//   - Groups: with [Group], each event goes to exactly one live member of the
+//     group; different groups each receive every event.
+//   - At-least-once: a delivery that is not acked (handler error, panic, or no
+//     answer within [AckDeadline] because the consumer died) is delivered
+//     again, to the same subscription or to another member of its group, and
+//     [Event.DeliveryAttempt] counts up. Handlers must therefore be idempotent.
+//   - Dead letters: with [MaxDeliveries](n), an event that failed n attempts is
+//     published to the topic "<topic>.dead" (see [DeadLetterTopic]) and acked on
+//     the original topic. It is never dropped silently.
+//   - Order: with Concurrency(1) (the default), one subscription sees a topic's
+//     events in publish order; a redelivery may break order only for the
+//     redelivered event.
+//   - Errors: calls after Close return [ErrClosed]; bad input (an empty topic or
+//     type, a nil handler, a negative option) returns an error wrapping
+//     [ErrInvalid] that names the field.
+//   - No leaks: when Unsubscribe or Close returns, no handler of that
+//     subscription runs any more and its goroutines have exited.
+//
+// Exactly-once processing is not offered: use [Event.ID] to make effects
+// idempotent.
+package pubsub

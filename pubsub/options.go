@@ -1,0 +1,161 @@
+package pubsub
+
+import (
+	"fmt"
+	"time"
+)
+
+// Position says where a new subscription starts reading a topic.
+type Position int
+
+const (
+	// Latest starts with the events published after Subscribe returns. It is
+	// the default.
+	Latest Position = iota
+	// Earliest starts with the oldest event the backend still keeps for the
+	// topic.
+	Earliest
+)
+
+// String returns "latest" or "earliest".
+func (p Position) String() string {
+	switch p {
+	case Latest:
+		return "latest"
+	case Earliest:
+		return "earliest"
+	}
+	return fmt.Sprintf("Position(%d)", int(p))
+}
+
+// Defaults of the subscribe options.
+const (
+	// DefaultConcurrency is the number of handlers in flight per subscription
+	// when Concurrency is not given: one, so events are handled in order.
+	DefaultConcurrency = 1
+	// DefaultAckDeadline is how long a group delivery may stay unacked before
+	// another member may take it over, when AckDeadline is not given.
+	DefaultAckDeadline = 30 * time.Second
+	// DefaultMaxDeliveries is the number of attempts after which an event is
+	// dead-lettered when MaxDeliveries is not given: 0, never; a failing
+	// event is retried (with backoff) until a handler acks it.
+	DefaultMaxDeliveries = 0
+)
+
+// SubscribeConfig is the result of applying SubscribeOptions. Backends read
+// it through ApplyOptions; users set it through the option functions.
+type SubscribeConfig struct {
+	// Group is the consumer group name; "" means fan-out.
+	Group string
+	// StartFrom is where a new group or fan-out subscription starts. An
+	// existing group keeps its own position.
+	StartFrom Position
+	// Concurrency is the number of handlers in flight, at least 1.
+	Concurrency int
+	// AckDeadline is how long a delivery may stay unacked before it is
+	// redelivered to a live member.
+	AckDeadline time.Duration
+	// MaxDeliveries is the number of failed attempts after which the event
+	// goes to DeadLetterTopic; 0 means never.
+	MaxDeliveries int
+
+	err error
+}
+
+// SubscribeOption configures one Subscribe call.
+type SubscribeOption func(*SubscribeConfig)
+
+// Group makes the subscription one member of the named consumer group: each
+// event of the topic goes to exactly one member. An empty name is invalid.
+func Group(name string) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if name == "" {
+			c.fail(fmt.Errorf("%w: group name is empty", ErrInvalid))
+		}
+		c.Group = name
+	}
+}
+
+// StartFrom sets where a new group or fan-out subscription starts reading.
+func StartFrom(p Position) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if p != Latest && p != Earliest {
+			c.fail(fmt.Errorf("%w: start position %d is neither Latest nor Earliest", ErrInvalid, int(p)))
+		}
+		c.StartFrom = p
+	}
+}
+
+// Concurrency sets how many handlers of the subscription may run at once
+// (default 1, in order). n must be at least 1.
+func Concurrency(n int) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if n < 1 {
+			c.fail(fmt.Errorf("%w: concurrency %d is below 1", ErrInvalid, n))
+		}
+		c.Concurrency = n
+	}
+}
+
+// AckDeadline sets how long a delivery may stay unacked before it is
+// redelivered to a live member (default DefaultAckDeadline). A handler that
+// runs longer than d may see its event delivered again elsewhere, so d should
+// exceed the longest handler. d must be positive.
+func AckDeadline(d time.Duration) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if d <= 0 {
+			c.fail(fmt.Errorf("%w: ack deadline %v is not positive", ErrInvalid, d))
+		}
+		c.AckDeadline = d
+	}
+}
+
+// MaxDeliveries sets after how many failed attempts an event goes to the
+// dead-letter topic (default 0: never). n must not be negative.
+func MaxDeliveries(n int) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if n < 0 {
+			c.fail(fmt.Errorf("%w: max deliveries %d is negative", ErrInvalid, n))
+		}
+		c.MaxDeliveries = n
+	}
+}
+
+func (c *SubscribeConfig) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// ApplyOptions returns the configuration the options describe, with the
+// defaults filled in, or the first error (wrapping ErrInvalid) an option
+// reported. A nil option is an error too.
+func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
+	c := SubscribeConfig{
+		StartFrom:     Latest,
+		Concurrency:   DefaultConcurrency,
+		AckDeadline:   DefaultAckDeadline,
+		MaxDeliveries: DefaultMaxDeliveries,
+	}
+	for i, o := range opts {
+		if o == nil {
+			return SubscribeConfig{}, fmt.Errorf("%w: subscribe option %d is nil", ErrInvalid, i)
+		}
+		o(&c)
+	}
+	if c.err != nil {
+		return SubscribeConfig{}, c.err
+	}
+	return c, nil
+}
+
+// RetryDelay returns how long a backend waits before redelivering an event
+// whose attempt failed: 10ms doubled per attempt, at most 1s. Backends use it
+// so that a failing event does not spin.
+func RetryDelay(attempt int) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 1; i < attempt && d < time.Second; i++ {
+		d *= 2
+	}
+	return min(d, time.Second)
+}

@@ -12,6 +12,9 @@ import (
 
 // sysProcAttr makes the child die with the test binary, so a test binary
 // killed by a timeout does not leave redis-server processes behind.
+// (Linux delivers the signal when the forking OS thread exits; the Go runtime
+// only retires a thread when a goroutine exits while locked to it with
+// runtime.LockOSThread, which tests should not do around Start.)
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

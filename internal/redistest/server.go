@@ -110,11 +110,20 @@ func (s *Server) URL() string {
 // the log and any AOF/RDB files).
 func (s *Server) Dir() string { return s.dir }
 
-// Client returns a new go-redis client connected to the server. t.Cleanup
-// closes it. The client survives [Server.Restart] (it reconnects).
+// ClientOptions returns the options [Server.Client] uses: Addr set to the
+// server and ContextTimeoutEnabled on, so a context deadline bounds each
+// command even while the server is paused. Adjust them and pass them to
+// redis.NewClient for a client with other settings (the caller closes it).
+func (s *Server) ClientOptions() *redis.Options {
+	return &redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}
+}
+
+// Client returns a new go-redis client connected to the server, built from
+// [Server.ClientOptions]. t.Cleanup closes it. The client survives
+// [Server.Restart] (it reconnects).
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(s.ClientOptions())
 	t.Cleanup(func() { c.Close() })
 	return c
 }

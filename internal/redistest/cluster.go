@@ -1,0 +1,138 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a private Redis Cluster of master-only nodes owned by one test.
+type Cluster struct {
+	nodes []*Server
+}
+
+// StartCluster starts masters redis-server processes (at least 3) with
+// --cluster-enabled yes on free loopback ports, each in its own temp dir,
+// joins them with `redis-cli --cluster create ... --cluster-replicas 0
+// --cluster-yes`, and waits (at most [ReadyTimeout]) until CLUSTER INFO
+// reports cluster_state:ok with all 16384 slots covered and every node known
+// on every node. It skips t, like [Require], when redis-server or redis-cli
+// is missing. t.Cleanup kills every node.
+func StartCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	Require(t)
+	requireBinary(t, "redis-cli")
+	if masters < 3 {
+		t.Fatalf("redistest: StartCluster needs at least 3 masters, got %d", masters)
+	}
+	c := &Cluster{}
+	for i := 0; i < masters; i++ {
+		c.nodes = append(c.nodes, start(t, Options{Args: []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000",
+		}}, true))
+	}
+	addrs := c.Addrs()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*ReadyTimeout)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli %s: %v\n%s\n%s", strings.Join(args, " "), err, out, c.logTails())
+	}
+
+	deadline := time.Now().Add(ReadyTimeout)
+	for {
+		err := c.checkOK()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster %v not ready after %v: %v\n%s", addrs, ReadyTimeout, err, c.logTails())
+		}
+		time.Sleep(pollInterval * 5)
+	}
+}
+
+// checkOK returns nil when every node reports a healthy, fully covered
+// cluster that knows all nodes.
+func (c *Cluster) checkOK() error {
+	want := map[string]string{
+		"cluster_state":          "ok",
+		"cluster_slots_assigned": "16384",
+		"cluster_slots_ok":       "16384",
+		"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
+		"cluster_size":           strconv.Itoa(len(c.nodes)),
+	}
+	for _, n := range c.nodes {
+		info, err := clusterInfo(n.Addr())
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER INFO: %w", n.Addr(), err)
+		}
+		for k, v := range want {
+			if got := infoField(info, k); got != v {
+				return fmt.Errorf("%s: %s is %q, want %q", n.Addr(), k, got, v)
+			}
+		}
+	}
+	return nil
+}
+
+func clusterInfo(addr string) (string, error) {
+	rc, err := dialRaw(addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	return rc.do("CLUSTER", "INFO")
+}
+
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		b.WriteString(n.logTail())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Addrs returns the "127.0.0.1:port" address of every node, in start order.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Nodes returns the node servers, in start order, so a test can kill, pause
+// or read the log of a single node. The slice is a copy.
+func (c *Cluster) Nodes() []*Server {
+	return append([]*Server(nil), c.nodes...)
+}
+
+// ClientOptions returns the options [Cluster.Client] uses: Addrs set to
+// every node and ContextTimeoutEnabled on. Adjust them and pass them to
+// redis.NewClusterClient for a client with other settings (the caller
+// closes it).
+func (c *Cluster) ClientOptions() *redis.ClusterOptions {
+	return &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
+}
+
+// Client returns a new go-redis cluster client built from
+// [Cluster.ClientOptions]. t.Cleanup closes it.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(c.ClientOptions())
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}

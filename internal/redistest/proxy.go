@@ -1,0 +1,187 @@
+package redistest
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy is a TCP proxy on a free loopback port that forwards every
+// connection to a target address and can cut all of them at once, to
+// simulate network failures between a client and Redis. Its methods are safe
+// for concurrent use.
+type Proxy struct {
+	target string
+	ln     net.Listener
+	ctx    context.Context // cancelled by Close; aborts dials in flight
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // accept loop, dialers and copiers
+
+	mu     sync.Mutex
+	closed bool
+	refuse bool
+	nextID int
+	conns  map[int]*proxyConn
+}
+
+// proxyConn is one proxied connection: the accepted client side and the
+// dialled target side.
+type proxyConn struct {
+	client, server net.Conn
+	once           sync.Once
+}
+
+func (pc *proxyConn) close() {
+	pc.once.Do(func() {
+		pc.client.Close()
+		pc.server.Close()
+	})
+}
+
+// NewProxy starts a proxy on a free loopback port forwarding to target
+// ("host:port"). t.Cleanup calls [Proxy.Close], which closes the listener and
+// every connection and joins all the proxy's goroutines.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: proxy listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		target: target,
+		ln:     ln,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  make(map[int]*proxyConn),
+	}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's listening address, "127.0.0.1:port". Point
+// clients here instead of at the target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// CutAll closes every live proxied connection, both the client side and the
+// target side. When it returns, [Proxy.Conns] is 0 (until new connections
+// arrive). New connections are still accepted and forwarded.
+func (p *Proxy) CutAll() {
+	p.mu.Lock()
+	cut := p.conns
+	p.conns = make(map[int]*proxyConn)
+	p.mu.Unlock()
+	for _, pc := range cut {
+		pc.close()
+	}
+}
+
+// SetRefuse sets whether new connections are refused: while on, each new
+// connection is accepted and closed at once, without dialling the target.
+// Live connections are not affected (use [Proxy.CutAll]).
+func (p *Proxy) SetRefuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
+// Conns returns the number of live proxied connections.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// Close stops the proxy: it closes the listener and every connection and
+// waits for all of the proxy's goroutines to return. It is idempotent.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	p.mu.Unlock()
+	if !already {
+		p.cancel()
+		p.ln.Close()
+		p.CutAll()
+	}
+	p.wg.Wait()
+}
+
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return
+			}
+			// Transient accept error (e.g. EMFILE): back off briefly.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		p.mu.Lock()
+		drop := p.closed || p.refuse
+		if !drop {
+			p.wg.Add(1)
+		}
+		p.mu.Unlock()
+		if drop {
+			c.Close()
+			continue
+		}
+		go p.serve(c)
+	}
+}
+
+// serve dials the target for the accepted client and copies both ways until
+// either side ends or the connection is cut.
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	server, err := d.DialContext(dctx, "tcp", p.target)
+	cancel()
+	if err != nil {
+		client.Close()
+		return
+	}
+	pc := &proxyConn{client: client, server: server}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		pc.close()
+		return
+	}
+	id := p.nextID
+	p.nextID++
+	p.conns[id] = pc
+	p.wg.Add(1)
+	p.mu.Unlock()
+
+	go func() {
+		defer p.wg.Done()
+		io.Copy(server, client)
+		p.drop(id, pc)
+	}()
+	io.Copy(client, server)
+	p.drop(id, pc)
+}
+
+// drop closes pc and forgets it, unless CutAll already did.
+func (p *Proxy) drop(id int, pc *proxyConn) {
+	pc.close()
+	p.mu.Lock()
+	if p.conns[id] == pc {
+		delete(p.conns, id)
+	}
+	p.mu.Unlock()
+}

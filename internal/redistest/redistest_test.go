@@ -1,0 +1,313 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeTB records Skip and Fatal instead of stopping the goroutine.
+type fakeTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
+}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+}
+
+func TestRequireWithoutRedis(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if Available() {
+		t.Fatal("Available() = true with an empty PATH, want false")
+	}
+	tests := []struct {
+		name        string
+		env         string
+		wantSkipped bool
+		wantFailed  bool
+	}{
+		{name: "skip by default", env: "", wantSkipped: true},
+		{name: "fail when required", env: "1", wantFailed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(RequireEnv, tc.env)
+			f := &fakeTB{TB: t}
+			Require(f)
+			if f.skipped != tc.wantSkipped || f.failed != tc.wantFailed {
+				t.Fatalf("skipped=%v failed=%v (%q), want skipped=%v failed=%v",
+					f.skipped, f.failed, f.msg, tc.wantSkipped, tc.wantFailed)
+			}
+			if !strings.Contains(f.msg, "redis-server") || !strings.Contains(f.msg, RequireEnv) {
+				t.Errorf("message %q does not name redis-server and %s", f.msg, RequireEnv)
+			}
+		})
+	}
+}
+
+func TestStart(t *testing.T) {
+	s := Start(t, Options{})
+	if !strings.HasPrefix(s.Addr(), "127.0.0.1:") || strings.HasSuffix(s.Addr(), ":6379") {
+		t.Fatalf("Addr() = %q, want a private 127.0.0.1 port", s.Addr())
+	}
+	opt, err := redis.ParseURL(s.URL())
+	if err != nil || opt.Addr != s.Addr() || opt.DB != 0 {
+		t.Fatalf("ParseURL(%q) = %+v, %v; want Addr %s DB 0", s.URL(), opt, err, s.Addr())
+	}
+	ctx := t.Context()
+	c := s.Client(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET k = %q, %v; want \"v\"", got, err)
+	}
+	if !strings.Contains(s.Log(), "Ready to accept connections") {
+		t.Errorf("Log() lacks the ready line:\n%s", s.Log())
+	}
+}
+
+func TestKillRestartAppendOnly(t *testing.T) {
+	s := Start(t, Options{AppendOnly: true})
+	addr := s.Addr()
+	ctx := t.Context()
+	c := s.Client(t)
+	if err := c.Set(ctx, "kept", "1", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+
+	s.Kill(t)
+	s.Kill(t) // no-op when not running
+	if conn, err := net.Dial("tcp", addr); err == nil {
+		conn.Close()
+		t.Fatalf("dial %s after Kill succeeded, want connection refused", addr)
+	}
+	s.Restart(t)
+	if s.Addr() != addr {
+		t.Fatalf("Addr() after Restart = %s, want %s", s.Addr(), addr)
+	}
+	if got, err := c.Get(ctx, "kept").Result(); err != nil || got != "1" {
+		t.Fatalf("GET kept after Kill+Restart = %q, %v; want \"1\"", got, err)
+	}
+
+	// Restart of a running server stops it gracefully first.
+	if err := c.Set(ctx, "kept2", "2", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	s.Restart(t)
+	if got, err := c.Get(ctx, "kept2").Result(); err != nil || got != "2" {
+		t.Fatalf("GET kept2 after Restart = %q, %v; want \"2\"", got, err)
+	}
+}
+
+func TestStopWithoutPersistenceLosesData(t *testing.T) {
+	s := Start(t, Options{})
+	ctx := t.Context()
+	c := s.Client(t)
+	if err := c.Set(ctx, "gone", "1", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	s.Stop(t)
+	s.Stop(t) // no-op when not running
+	s.Restart(t)
+	if err := c.Get(ctx, "gone").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET gone after Stop+Restart without AOF: err = %v, want redis.Nil", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	s := Start(t, Options{})
+	c := s.Client(t)
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+
+	s.Pause(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	err := c.Ping(ctx).Err()
+	cancel()
+	if err == nil {
+		t.Fatal("PING while paused succeeded, want a timeout")
+	}
+
+	s.Resume(t)
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+}
+
+func TestStopPaused(t *testing.T) {
+	s := Start(t, Options{AppendOnly: true})
+	s.Pause(t)
+	s.Stop(t) // must resume before SIGTERM, or it would hang
+	s.Restart(t)
+	if err := s.Client(t).Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING after Pause+Stop+Restart: %v", err)
+	}
+}
+
+func TestProxy(t *testing.T) {
+	s := Start(t, Options{})
+	p := NewProxy(t, s.Addr())
+	ctx := t.Context()
+	opt := s.ClientOptions()
+	opt.Addr = p.Addr()
+	c := redis.NewClient(opt)
+	defer c.Close()
+
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through proxy: %v", err)
+	}
+	if got := p.Conns(); got < 1 {
+		t.Fatalf("Conns() = %d after a command, want >= 1", got)
+	}
+
+	p.CutAll()
+	if got := p.Conns(); got != 0 {
+		t.Fatalf("Conns() = %d right after CutAll, want 0", got)
+	}
+	// go-redis notices the dead pooled connection and dials again.
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET after CutAll = %q, %v; want \"v\"", got, err)
+	}
+	if got := p.Conns(); got < 1 {
+		t.Fatalf("Conns() = %d after reconnecting, want >= 1", got)
+	}
+
+	// The proxy really closes the client side: a raw connection sees EOF.
+	raw, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte("PING\r\n")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	buf := make([]byte, 64)
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := raw.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Fatalf("raw PING = %q, %v; want +PONG", buf[:n], err)
+	}
+	p.CutAll()
+	if n, err := raw.Read(buf); err == nil {
+		t.Fatalf("read after CutAll = %q, want an error", buf[:n])
+	}
+
+	p.SetRefuse(true)
+	p.CutAll()
+	refused := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer refused.Close()
+	if err := refused.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING while refusing succeeded, want an error")
+	}
+	if got := p.Conns(); got != 0 {
+		t.Fatalf("Conns() = %d while refusing, want 0", got)
+	}
+
+	p.SetRefuse(false)
+	if err := refused.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after SetRefuse(false): %v", err)
+	}
+
+	p.Close()
+	p.Close() // idempotent
+	if err := refused.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING through a closed proxy succeeded, want an error")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c := StartCluster(t, 3)
+	if got := len(c.Addrs()); got != 3 {
+		t.Fatalf("len(Addrs()) = %d, want 3", got)
+	}
+	ctx := t.Context()
+	cc := c.Client(t)
+
+	slots := map[int64]bool{}
+	for i := range 12 {
+		key := fmt.Sprintf("key-%d", i)
+		if err := cc.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+		slot, err := cc.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
+		}
+		slots[slot] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("keys landed in %d slots, want several", len(slots))
+	}
+	for i := range 12 {
+		key := fmt.Sprintf("key-%d", i)
+		if got, err := cc.Get(ctx, key).Int(); err != nil || got != i {
+			t.Fatalf("GET %s = %d, %v; want %d", key, got, err, i)
+		}
+	}
+
+	err := cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		info, err := n.ClusterInfo(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return fmt.Errorf("%s: CLUSTER INFO lacks cluster_state:ok:\n%s", n.Options().Addr, info)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes() {
+		if n.Log() == "" {
+			t.Errorf("node %s has an empty log", n.Addr())
+		}
+	}
+}
+
+func TestRestartRetriesBusyPort(t *testing.T) {
+	s := Start(t, Options{})
+	s.Kill(t)
+	// Hold the port briefly, as a lingering socket or a racing process might.
+	ln, err := net.Listen("tcp", s.Addr())
+	if err != nil {
+		t.Fatalf("listen on %s: %v", s.Addr(), err)
+	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(300 * time.Millisecond)
+		ln.Close()
+	}()
+	s.Restart(t)
+	<-released
+	if err := s.Client(t).Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING after Restart on a briefly busy port: %v", err)
+	}
+	if !strings.Contains(s.Log(), "Address already in use") {
+		t.Logf("log shows no bind failure; the port was released before redis-server tried:\n%s", s.Log())
+	}
+}

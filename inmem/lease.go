@@ -1,0 +1,226 @@
+package inmem
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/lease"
+)
+
+// leaseTable holds the leases of a Backend. Expiry is lazy: a lease whose
+// deadline has passed (as the Backend's Clock reads it) counts as free and is
+// dropped the next time it is looked at. The fencing counter of each key
+// lives apart from the lease and is never reset, so tokens keep growing
+// across expiry and release.
+type leaseTable struct {
+	mu    sync.Mutex
+	live  map[string]leaseEntry
+	fence map[string]uint64
+}
+
+type leaseEntry struct {
+	owner   string
+	token   uint64
+	expires time.Time
+}
+
+func (t *leaseTable) init() {
+	t.live = make(map[string]leaseEntry)
+	t.fence = make(map[string]uint64)
+}
+
+// getLocked returns the live lease on key at now, dropping an expired one.
+func (t *leaseTable) getLocked(key string, now time.Time) (leaseEntry, bool) {
+	e, ok := t.live[key]
+	if !ok {
+		return leaseEntry{}, false
+	}
+	if !now.Before(e.expires) {
+		delete(t.live, key)
+		return leaseEntry{}, false
+	}
+	return e, true
+}
+
+// newTenureLocked gives key to owner with the next fencing token.
+func (t *leaseTable) newTenureLocked(key, owner string, ttl time.Duration, now time.Time) leaseEntry {
+	t.fence[key]++
+	e := leaseEntry{owner: owner, token: t.fence[key], expires: now.Add(ttl)}
+	t.live[key] = e
+	return e
+}
+
+// renewLocked extends owner's live lease on key; it never creates one.
+func (t *leaseTable) renewLocked(key, owner string, ttl time.Duration, now time.Time) bool {
+	e, ok := t.getLocked(key, now)
+	if !ok || e.owner != owner {
+		return false
+	}
+	e.expires = now.Add(ttl)
+	t.live[key] = e
+	return true
+}
+
+// leaseCall runs the checks every lease method starts with: closed first
+// (every call after Close returns lease.ErrClosed), then the input, then ctx.
+func (b *Backend) leaseCall(ctx context.Context, check error) error {
+	if b.isClosed() {
+		return lease.ErrClosed
+	}
+	if check != nil {
+		return check
+	}
+	return ctx.Err()
+}
+
+// AcquireLease takes key for owner for ttl when the key is free, expired or
+// already owner's (then the TTL is refreshed and the token kept). A new
+// tenure gets a fencing token one above the key's previous highest. When
+// another owner holds the key it returns Acquired false with that owner, its
+// token and the time left, and a nil error. It returns an error wrapping
+// lease.ErrInvalid for bad input, lease.ErrClosed after Close, and ctx.Err()
+// when ctx is done.
+func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
+	if err := b.leaseCall(ctx, lease.CheckAcquire(key, owner, ttl)); err != nil {
+		return lease.Result{}, err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := b.clock.Now()
+	e, ok := t.getLocked(key, now)
+	switch {
+	case !ok:
+		e = t.newTenureLocked(key, owner, ttl, now)
+	case e.owner == owner:
+		e.expires = now.Add(ttl)
+		t.live[key] = e
+	default:
+		return lease.Result{Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now)}, nil
+	}
+	return lease.Result{Acquired: true, Owner: owner, Token: e.token, TTL: ttl}, nil
+}
+
+// GetLeaseOwner returns the holder of the live lease on key, or "" when there
+// is none. Errors as for AcquireLease.
+func (b *Backend) GetLeaseOwner(ctx context.Context, key string) (string, error) {
+	if err := b.leaseCall(ctx, lease.CheckKey(key)); err != nil {
+		return "", err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, _ := t.getLocked(key, b.clock.Now())
+	return e.owner, nil
+}
+
+// ReleaseLease deletes the lease on key when owner holds it, and otherwise
+// does nothing and returns nil. The fencing counter is kept. Errors as for
+// AcquireLease.
+func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
+	if err := b.leaseCall(ctx, lease.CheckRelease(key, owner)); err != nil {
+		return err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.getLocked(key, b.clock.Now()); ok && e.owner == owner {
+		delete(t.live, key)
+	}
+	return nil
+}
+
+// RenewLease extends owner's live lease on key to ttl from now and reports
+// true, or reports false when owner holds no live lease on key; it never
+// re-creates an expired lease. Errors as for AcquireLease.
+func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := b.leaseCall(ctx, lease.CheckAcquire(key, owner, ttl)); err != nil {
+		return false, err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.renewLocked(key, owner, ttl, b.clock.Now()), nil
+}
+
+// TransferLease hands key from fromOwner to toOwner in one step under the
+// table's lock, so the key is never free in between: toOwner gets a new
+// fencing token and a full ttl. It reports false, changing nothing, when
+// fromOwner holds no live lease on key. Errors as for AcquireLease.
+func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
+	if err := b.leaseCall(ctx, lease.CheckTransfer(key, fromOwner, toOwner, ttl)); err != nil {
+		return false, err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := b.clock.Now()
+	if e, ok := t.getLocked(key, now); !ok || e.owner != fromOwner {
+		return false, nil
+	}
+	t.newTenureLocked(key, toOwner, ttl, now)
+	return true, nil
+}
+
+// InspectLease returns the live lease on key, or an Info with only Key set
+// when there is none. Errors as for GetLeaseOwner.
+func (b *Backend) InspectLease(ctx context.Context, key string) (lease.Info, error) {
+	if err := b.leaseCall(ctx, lease.CheckKey(key)); err != nil {
+		return lease.Info{}, err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := b.clock.Now()
+	e, ok := t.getLocked(key, now)
+	if !ok {
+		return lease.Info{Key: key}, nil
+	}
+	return lease.Info{Key: key, Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now)}, nil
+}
+
+// ListLeases returns every live lease whose key starts with prefix ("" lists
+// all), sorted by key. It returns lease.ErrClosed after Close and ctx.Err()
+// when ctx is done.
+func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, error) {
+	if err := b.leaseCall(ctx, nil); err != nil {
+		return nil, err
+	}
+	t := &b.leases
+	t.mu.Lock()
+	now := b.clock.Now()
+	var out []lease.Info
+	for key := range t.live {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if e, ok := t.getLocked(key, now); ok {
+			out = append(out, lease.Info{Key: key, Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now)})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b lease.Info) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// RenewLeases renews each request as RenewLease would, all at one instant of
+// the Backend's clock, and returns one result per request, in order. A bad
+// request fails the whole call with an error wrapping lease.ErrInvalid and
+// renews nothing; after Close it returns lease.ErrClosed.
+func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {
+	if err := b.leaseCall(ctx, lease.CheckRenewals(reqs)); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(reqs))
+	t := &b.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := b.clock.Now()
+	for i, r := range reqs {
+		out[i] = t.renewLocked(r.Key, r.Owner, r.TTL, now)
+	}
+	return out, nil
+}

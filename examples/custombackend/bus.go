@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// ChanBus is an in-process pubsub.PubSub built from a log per topic, one
+// mutex and channels that wake the subscription goroutines. Fan-out
+// subscriptions and consumer groups are both queues over the topic log: a
+// fan-out subscription owns its queue, the members of a group share one
+// (which outlives them, so a group keeps its checkpoint). It keeps every
+// event in memory for as long as the bus lives: an example, not a product.
+type ChanBus struct {
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{}
+	logs      map[string][]pubsub.Event // topic -> events in publish order
+	groups    map[groupKey]*queue
+	subs      map[*chanSub]struct{}
+	changed   chan struct{} // closed and replaced on every change of state
+}
+
+type groupKey struct{ topic, group string }
+
+// queue hands the events of one topic log out to its subscriptions.
+type queue struct {
+	topic   string
+	next    int            // index of the next log entry never handed out
+	pending map[int]*entry // handed out and not acked yet
+}
+
+// settledLocked reports whether q handed out all n events of its log and no
+// handler has one. Call with the bus's mu held.
+func (q *queue) settledLocked(n int) bool {
+	if q.next < n {
+		return false
+	}
+	for _, e := range q.pending {
+		if e.inFlight {
+			return false
+		}
+	}
+	return true
+}
+
+// entry is one event handed out and not acked yet.
+type entry struct {
+	attempts int       // deliveries made
+	inFlight bool      // a handler has it
+	deadline time.Time // when inFlight: redeliver after this
+	readyAt  time.Time // when !inFlight: retry after this
+}
+
+var _ pubsub.PubSub = (*ChanBus)(nil)
+
+// NewChanBus returns an empty ChanBus.
+func NewChanBus() *ChanBus {
+	return &ChanBus{
+		closeDone: make(chan struct{}),
+		logs:      map[string][]pubsub.Event{},
+		groups:    map[groupKey]*queue{},
+		subs:      map[*chanSub]struct{}{},
+		changed:   make(chan struct{}),
+	}
+}
+
+// broadcast wakes every goroutine waiting for a change. Call with mu held.
+func (b *ChanBus) broadcast() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// Publish appends e to topic's log and wakes the subscriptions.
+func (b *ChanBus) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return err
+	}
+	e, err := pubsub.PrepareEvent(e)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return pubsub.ErrClosed
+	}
+	b.appendLocked(topic, e)
+	return nil
+}
+
+func (b *ChanBus) appendLocked(topic string, e pubsub.Event) {
+	e.Data = append([]byte(nil), e.Data...)
+	if e.Data != nil && len(e.Data) == 0 {
+		e.Data = nil
+	}
+	e.Metadata = maps.Clone(e.Metadata)
+	b.logs[topic] = append(b.logs[topic], e)
+	b.broadcast()
+}
+
+// Subscribe starts cfg.Concurrency goroutines that deliver topic's events
+// to h until Unsubscribe or Close.
+func (b *ChanBus) Subscribe(ctx context.Context, topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) (pubsub.Subscription, error) {
+	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, pubsub.ErrClosed
+	}
+	start := len(b.logs[topic])
+	if cfg.StartFrom == pubsub.Earliest {
+		start = 0
+	}
+	var q *queue
+	if cfg.Group == "" {
+		q = &queue{topic: topic, next: start, pending: map[int]*entry{}}
+	} else {
+		k := groupKey{topic, cfg.Group}
+		if q = b.groups[k]; q == nil {
+			q = &queue{topic: topic, next: start, pending: map[int]*entry{}}
+			b.groups[k] = q
+		}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &chanSub{bus: b, topic: topic, h: h, cfg: cfg, q: q, ctx: sctx, cancel: cancel, done: make(chan struct{})}
+	b.subs[s] = struct{}{}
+	s.wg.Add(cfg.Concurrency)
+	for range cfg.Concurrency {
+		go s.work()
+	}
+	go func() { s.wg.Wait(); close(s.done) }()
+	return s, nil
+}
+
+// Flush waits until every live subscription's queue has handed out every
+// event of its topic and no handler is running one.
+func (b *ChanBus) Flush(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return pubsub.ErrClosed
+		}
+		idle := true
+		for s := range b.subs {
+			if !s.q.settledLocked(len(b.logs[s.topic])) {
+				idle = false
+				break
+			}
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops every subscription, waiting for running handlers. It is
+// idempotent; every caller returns after the first one finished.
+func (b *ChanBus) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.closeDone
+		return nil
+	}
+	b.closed = true
+	subs := make([]*chanSub, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.stop()
+		<-s.done
+	}
+	close(b.closeDone)
+	return nil
+}
+
+// chanSub is one subscription.
+type chanSub struct {
+	bus    *ChanBus
+	topic  string
+	h      pubsub.Handler
+	cfg    pubsub.SubscribeConfig
+	q      *queue
+	ctx    context.Context // cancelled by stop: handlers see it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{} // closed when every goroutine of the subscription exited
+
+	stopped bool // guarded by bus.mu
+}
+
+// Topic returns the subscribed topic.
+func (s *chanSub) Topic() string { return s.topic }
+
+// Unsubscribe stops the subscription and waits for its handlers.
+func (s *chanSub) Unsubscribe(ctx context.Context) error {
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *chanSub) stop() {
+	b := s.bus
+	b.mu.Lock()
+	if !s.stopped {
+		s.stopped = true
+		delete(b.subs, s)
+		b.broadcast()
+	}
+	b.mu.Unlock()
+	s.cancel()
+}
+
+// work is one delivery goroutine; it exits when the subscription stops.
+func (s *chanSub) work() {
+	defer s.wg.Done()
+	b := s.bus
+	for {
+		b.mu.Lock()
+		if s.stopped {
+			b.mu.Unlock()
+			return
+		}
+		idx, ev, attempt, wake, ok := s.nextLocked(time.Now())
+		ch := b.changed
+		b.mu.Unlock()
+		if !ok {
+			s.sleep(ch, wake)
+			continue
+		}
+		err := s.call(ev)
+		b.mu.Lock()
+		s.settleLocked(idx, attempt, err, ev)
+		b.mu.Unlock()
+	}
+}
+
+// sleep waits for a change, the wake time (if any) or the end of the
+// subscription.
+func (s *chanSub) sleep(ch <-chan struct{}, wake time.Time) {
+	var timeout <-chan time.Time
+	if !wake.IsZero() {
+		t := time.NewTimer(time.Until(wake))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ch:
+	case <-timeout:
+	case <-s.ctx.Done():
+	}
+}
+
+// nextLocked picks the next delivery: the oldest pending entry that is due
+// (retry time or ack deadline passed), else the next new event. When nothing
+// is due it returns the earliest time something will be.
+func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt int, wake time.Time, ok bool) {
+	q := s.q
+	idx = -1
+	for i, e := range q.pending {
+		due := e.readyAt
+		if e.inFlight {
+			due = e.deadline
+		}
+		if !due.After(now) {
+			if idx < 0 || i < idx {
+				idx = i
+			}
+		} else if wake.IsZero() || due.Before(wake) {
+			wake = due
+		}
+	}
+	if idx < 0 {
+		if q.next >= len(s.bus.logs[q.topic]) {
+			return 0, pubsub.Event{}, 0, wake, false
+		}
+		idx = q.next
+		q.next++
+		q.pending[idx] = &entry{}
+		s.bus.broadcast() // Flush watches next
+	}
+	e := q.pending[idx]
+	e.attempts++
+	e.inFlight = true
+	e.deadline = now.Add(s.cfg.AckDeadline)
+	ev = s.bus.logs[q.topic][idx]
+	ev.Metadata = maps.Clone(ev.Metadata)
+	ev.Data = append([]byte(nil), ev.Data...)
+	if len(ev.Data) == 0 {
+		ev.Data = nil
+	}
+	ev.DeliveryAttempt = e.attempts
+	return idx, ev, e.attempts, time.Time{}, true
+}
+
+// call runs the handler, turning a panic into an error.
+func (s *chanSub) call(ev pubsub.Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return s.h(s.ctx, ev)
+}
+
+// settleLocked records the outcome of delivery attempt of entry idx. An ack
+// from any attempt removes the entry; a nack from an attempt that was
+// overtaken by a redelivery is ignored.
+func (s *chanSub) settleLocked(idx, attempt int, err error, ev pubsub.Event) {
+	q := s.q
+	e := q.pending[idx]
+	if e == nil {
+		return
+	}
+	if err == nil {
+		delete(q.pending, idx)
+		s.bus.broadcast()
+		return
+	}
+	if e.attempts != attempt {
+		return
+	}
+	if s.cfg.MaxDeliveries > 0 && e.attempts >= s.cfg.MaxDeliveries {
+		delete(q.pending, idx)
+		dead := s.bus.logs[q.topic][idx]
+		md := maps.Clone(dead.Metadata)
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[pubsub.MetaDeadTopic] = q.topic
+		md[pubsub.MetaDeadReason] = err.Error()
+		md[pubsub.MetaDeadAttempts] = strconv.Itoa(e.attempts)
+		dead.Metadata = md
+		dead.DeliveryAttempt = 0
+		s.bus.appendLocked(pubsub.DeadLetterTopic(q.topic), dead)
+		return
+	}
+	e.inFlight = false
+	e.readyAt = time.Now().Add(pubsub.RetryDelay(e.attempts))
+	s.bus.broadcast()
+}

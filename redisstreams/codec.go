@@ -1,0 +1,260 @@
+package redisstreams
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Stream entry layout, version 1. Every field value is the raw bytes of the
+// Event field (binary-safe), except meta (a JSON object of strings) and
+// created (Unix nanoseconds in decimal). Absent optional fields mean empty:
+// no run, nil data, nil metadata, zero CreatedAt.
+const (
+	codecVersion = "1"
+
+	fieldVersion = "v"
+	fieldID      = "id"
+	fieldType    = "type"
+	fieldRun     = "run"
+	fieldData    = "data"
+	fieldMeta    = "meta"
+	fieldCreated = "created"
+)
+
+// undecodableType is the Type of the dead letter written for a stream entry
+// that could not be decoded; its Data is a JSON object of the raw fields.
+const undecodableType = "leasebus.undecodable"
+
+// metaDeadStreamID holds the stream entry id of a dead-lettered entry.
+const metaDeadStreamID = "leasebus.dead.stream_id"
+
+// errDecode is wrapped by every decode error.
+var errDecode = errors.New("redisstreams: undecodable stream entry")
+
+// encodeEvent returns the XADD field/value list of e and its size in bytes
+// (the sum of the lengths of names and values). Metadata must be valid UTF-8,
+// as it travels as JSON; anything else is an error wrapping
+// pubsub.ErrInvalid.
+func encodeEvent(e pubsub.Event) ([]string, int, error) {
+	fields := make([]string, 0, 14)
+	fields = append(fields, fieldVersion, codecVersion, fieldID, e.ID, fieldType, e.Type)
+	if e.RunID != "" {
+		fields = append(fields, fieldRun, e.RunID)
+	}
+	if e.Data != nil {
+		fields = append(fields, fieldData, string(e.Data))
+	}
+	if len(e.Metadata) > 0 {
+		for k, v := range e.Metadata {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) {
+				return nil, 0, fmt.Errorf("%w: metadata %q=%q is not valid UTF-8 (event id %q)", pubsub.ErrInvalid, k, v, e.ID)
+			}
+		}
+		m, err := json.Marshal(e.Metadata)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: metadata of event %q: %v", pubsub.ErrInvalid, e.ID, err)
+		}
+		fields = append(fields, fieldMeta, string(m))
+	}
+	if !e.CreatedAt.IsZero() {
+		fields = append(fields, fieldCreated, strconv.FormatInt(e.CreatedAt.UnixNano(), 10))
+	}
+	size := 0
+	for _, f := range fields {
+		size += len(f)
+	}
+	return fields, size, nil
+}
+
+// decodeEvent reads an Event from the fields of a stream entry as go-redis
+// returns them. DeliveryAttempt is left 0. Unknown fields are ignored, so a
+// later minor version may add some; a different version is an error.
+func decodeEvent(values map[string]any) (pubsub.Event, error) {
+	str := func(name string) (string, bool, error) {
+		v, ok := values[name]
+		if !ok {
+			return "", false, nil
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", true, fmt.Errorf("%w: field %q is %T, not a string", errDecode, name, v)
+		}
+		return s, true, nil
+	}
+	var e pubsub.Event
+	v, ok, err := str(fieldVersion)
+	if err != nil {
+		return e, err
+	}
+	if !ok {
+		return e, fmt.Errorf("%w: no %q field (not written by leasebus)", errDecode, fieldVersion)
+	}
+	if v != codecVersion {
+		return e, fmt.Errorf("%w: version %q, want %q", errDecode, v, codecVersion)
+	}
+	if e.ID, _, err = str(fieldID); err != nil {
+		return e, err
+	}
+	if e.ID == "" {
+		return e, fmt.Errorf("%w: empty %q field", errDecode, fieldID)
+	}
+	if e.Type, _, err = str(fieldType); err != nil {
+		return e, err
+	}
+	if e.Type == "" {
+		return e, fmt.Errorf("%w: empty %q field", errDecode, fieldType)
+	}
+	if e.RunID, _, err = str(fieldRun); err != nil {
+		return e, err
+	}
+	data, ok, err := str(fieldData)
+	if err != nil {
+		return e, err
+	}
+	if ok {
+		e.Data = json.RawMessage(data)
+		if e.Data == nil {
+			e.Data = json.RawMessage{}
+		}
+	}
+	meta, ok, err := str(fieldMeta)
+	if err != nil {
+		return e, err
+	}
+	if ok {
+		if err := json.Unmarshal([]byte(meta), &e.Metadata); err != nil {
+			return pubsub.Event{}, fmt.Errorf("%w: field %q: %v", errDecode, fieldMeta, err)
+		}
+		if len(e.Metadata) == 0 {
+			e.Metadata = nil
+		}
+	}
+	created, ok, err := str(fieldCreated)
+	if err != nil {
+		return e, err
+	}
+	if ok {
+		n, err := strconv.ParseInt(created, 10, 64)
+		if err != nil {
+			return pubsub.Event{}, fmt.Errorf("%w: field %q: %v", errDecode, fieldCreated, err)
+		}
+		e.CreatedAt = time.Unix(0, n)
+	}
+	return e, nil
+}
+
+// rawFieldsJSON returns the fields of an undecodable entry as a JSON object
+// of strings (non-string values are formatted with %v).
+func rawFieldsJSON(values map[string]any) json.RawMessage {
+	m := make(map[string]string, len(values))
+	for k, v := range values {
+		if s, ok := v.(string); ok {
+			m[k] = s
+		} else {
+			m[k] = fmt.Sprint(v)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
+// deadEvent returns the dead letter of e, failed on topic after attempts
+// attempts with reason.
+func deadEvent(e pubsub.Event, topic, reason string, attempts int) pubsub.Event {
+	d := e
+	d.DeliveryAttempt = 0
+	d.Metadata = make(map[string]string, len(e.Metadata)+3)
+	maps.Copy(d.Metadata, e.Metadata)
+	d.Metadata[pubsub.MetaDeadTopic] = strings.ToValidUTF8(topic, "\uFFFD")
+	d.Metadata[pubsub.MetaDeadReason] = strings.ToValidUTF8(reason, "\uFFFD")
+	d.Metadata[pubsub.MetaDeadAttempts] = strconv.Itoa(attempts)
+	for k, v := range d.Metadata { // sanitise what encodeEvent would refuse
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			delete(d.Metadata, k)
+			d.Metadata[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
+		}
+	}
+	return d
+}
+
+// undecodableEvent returns the dead letter of a stream entry of topic that
+// could not be decoded. Its ID is derived from the entry id, so that a
+// dead letter written twice (by two readers, or after a crash) can be
+// deduplicated.
+func undecodableEvent(topic, entryID string, values map[string]any, reason error) pubsub.Event {
+	e := pubsub.Event{
+		ID:        "undecodable:" + entryID,
+		Type:      undecodableType,
+		Data:      rawFieldsJSON(values),
+		CreatedAt: time.Now(),
+		Metadata:  map[string]string{metaDeadStreamID: entryID},
+	}
+	return deadEvent(e, topic, reason.Error(), 1)
+}
+
+// cloneEvent returns a copy of e that shares no mutable memory with it.
+func cloneEvent(e pubsub.Event) pubsub.Event {
+	if e.Data != nil {
+		e.Data = append(json.RawMessage{}, e.Data...)
+	}
+	if e.Metadata != nil {
+		e.Metadata = maps.Clone(e.Metadata)
+	}
+	return e
+}
+
+// streamID is a parsed stream entry id, ms-seq.
+type streamID struct{ ms, seq uint64 }
+
+// parseStreamID parses "ms-seq" (or "ms"); ok is false for anything else.
+func parseStreamID(s string) (streamID, bool) {
+	msPart, seqPart, hasSeq := strings.Cut(s, "-")
+	ms, err := strconv.ParseUint(msPart, 10, 64)
+	if err != nil {
+		return streamID{}, false
+	}
+	var seq uint64
+	if hasSeq {
+		if seq, err = strconv.ParseUint(seqPart, 10, 64); err != nil {
+			return streamID{}, false
+		}
+	}
+	return streamID{ms, seq}, true
+}
+
+// compareStreamIDs orders two entry ids as Redis does; an unparsable id
+// sorts first.
+func compareStreamIDs(a, b string) int {
+	x, okA := parseStreamID(a)
+	y, okB := parseStreamID(b)
+	switch {
+	case !okA && !okB:
+		return strings.Compare(a, b)
+	case !okA:
+		return -1
+	case !okB:
+		return 1
+	case x.ms != y.ms:
+		if x.ms < y.ms {
+			return -1
+		}
+		return 1
+	case x.seq != y.seq:
+		if x.seq < y.seq {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}

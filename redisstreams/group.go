@@ -1,0 +1,718 @@
+package redisstreams
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// groupSub is one consumer of a Redis consumer group.
+type groupSub struct {
+	s        *streamBus
+	topic    string
+	key      string
+	group    string
+	consumer string
+	h        pubsub.Handler
+	cfg      pubsub.SubscribeConfig
+	bl       *blocker
+
+	// tokens bounds the entries read and not yet finished (queued or
+	// running): one token per entry.
+	tokens chan struct{}
+	ch     chan *groupMsg
+
+	mu       sync.Mutex
+	inflight map[string]*groupMsg // by entry id: queued or running here
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+	err    error
+}
+
+// groupMsg is one entry owned by this consumer. Its fields other than id
+// are guarded by groupSub.mu.
+type groupMsg struct {
+	id       string
+	values   map[string]any
+	attempt  int       // delivery count on the server after our claim
+	received time.Time // when our claim (read or XCLAIM) was answered
+	started  bool      // a handler has begun it
+	lost     bool      // another consumer took it over before we started it
+}
+
+var subSeq atomic.Uint64
+
+func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+	key := s.b.keys.Stream(topic)
+	start := "$"
+	if cfg.StartFrom == pubsub.Earliest {
+		start = "0"
+	}
+	if err := s.createGroup(ctx, key, cfg.Group, start); err != nil {
+		return nil, err
+	}
+	prefetch := cfg.Concurrency + s.b.opts.BatchSize
+	g := &groupSub{
+		s:        s,
+		topic:    topic,
+		key:      key,
+		group:    cfg.Group,
+		consumer: s.b.opts.Consumer + "-" + strconv.FormatUint(subSeq.Add(1), 10),
+		h:        h,
+		cfg:      cfg,
+		bl:       newBlocker(s.b, s.nodeFor(key)),
+		tokens:   make(chan struct{}, prefetch),
+		ch:       make(chan *groupMsg, prefetch),
+		inflight: make(map[string]*groupMsg),
+		done:     make(chan struct{}),
+	}
+	for range prefetch {
+		g.tokens <- struct{}{}
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	readerDone := make(chan struct{})
+	g.wg.Add(3 + cfg.Concurrency)
+	go func() {
+		defer g.wg.Done()
+		defer close(readerDone)
+		g.readLoop()
+	}()
+	go func() {
+		defer g.wg.Done()
+		g.bl.waker(make(chan struct{}, 1), readerDone)
+	}()
+	go func() {
+		defer g.wg.Done()
+		g.reclaimLoop()
+	}()
+	for range cfg.Concurrency {
+		go func() {
+			defer g.wg.Done()
+			g.work()
+		}()
+	}
+	s.add(g)
+	return g, nil
+}
+
+// createGroup creates the group at start with MKSTREAM; an existing group
+// keeps its position.
+func (s *streamBus) createGroup(ctx context.Context, key, group, start string) error {
+	err := s.b.client.XGroupCreateMkStream(ctx, key, group, start).Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
+	}
+	return nil
+}
+
+// Topic returns the subscribed topic.
+func (g *groupSub) Topic() string { return g.topic }
+
+func (g *groupSub) streamKey() string { return g.key }
+
+// caughtUp reports whether the group has delivered every entry up to id and
+// none of those is still pending on this consumer (handled and acked, or
+// never ours).
+func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
+	select {
+	case <-g.done:
+		return true, nil
+	default:
+	}
+	pipe := g.s.b.client.Pipeline()
+	groups := pipe.XInfoGroups(ctx, g.key)
+	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: "-", End: id, Count: 1, Consumer: g.consumer,
+	})
+	_, _ = pipe.Exec(ctx)
+	infos, err := groups.Result()
+	switch {
+	case isNoSuchKey(err) || isNoGroup(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	found := false
+	for _, gi := range infos {
+		if gi.Name == g.group {
+			found = true
+			if compareStreamIDs(gi.LastDeliveredID, id) < 0 {
+				return false, nil
+			}
+		}
+	}
+	if !found {
+		return true, nil
+	}
+	p, err := pend.Result()
+	switch {
+	case isNoGroup(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return len(p) == 0, nil
+}
+
+// Unsubscribe stops deliveries, waits for running handlers (or ctx), hands
+// back the entries no handler started, writes this consumer's acks and
+// deletes the consumer from the group when it has nothing pending.
+func (g *groupSub) Unsubscribe(ctx context.Context) error { return g.shutdown(ctx) }
+
+func (g *groupSub) shutdown(ctx context.Context) error {
+	g.once.Do(func() {
+		g.cancel()
+		g.bl.wake()
+		go func() {
+			defer close(g.done)
+			g.wg.Wait()
+			g.err = g.cleanup()
+			g.s.remove(g)
+		}()
+	})
+	select {
+	case <-g.done:
+		return g.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cleanup runs once every goroutine of the subscription has returned.
+func (g *groupSub) cleanup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g.bl.reset()
+	// Entries read but never started: make them claimable at once by the
+	// other members (IDLE far in the past), and undo the delivery count of
+	// our read, so the next consumer sees its first attempt.
+	g.mu.Lock()
+	var ids []any
+	for id, m := range g.inflight {
+		if !m.started && !m.lost {
+			ids = append(ids, id)
+		}
+	}
+	g.inflight = nil
+	g.mu.Unlock()
+	if len(ids) > 0 {
+		args := append([]any{"XCLAIM", g.key, g.group, g.consumer, 0}, ids...)
+		args = append(args, "IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", 0, "JUSTID")
+		if err := g.s.b.client.Do(ctx, args...).Err(); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted entries failed; they are reclaimed after the ack deadline",
+				"topic", g.topic, "group", g.group, "err", err)
+		}
+	}
+	if err := g.s.acks.flush(ctx); err != nil {
+		return err
+	}
+	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: "-", End: "+", Count: 1, Consumer: g.consumer,
+	}).Result()
+	switch {
+	case isNoGroup(err):
+		return nil
+	case err != nil:
+		return nil // the consumer stays; harmless
+	case len(pend) == 0:
+		_ = g.s.b.client.XGroupDelConsumer(ctx, g.key, g.group, g.consumer).Err()
+	}
+	return nil
+}
+
+// readLoop reads new entries with XREADGROUP while there are free tokens.
+func (g *groupSub) readLoop() {
+	defer g.bl.reset()
+	var bo backoff
+	for g.ctx.Err() == nil {
+		n := g.takeTokens()
+		if n == 0 {
+			return
+		}
+		g.bl.arm()
+		if g.ctx.Err() != nil {
+			g.bl.disarm()
+			g.putTokens(n)
+			return
+		}
+		cmd, block, err := g.bl.cmd(g.ctx)
+		var res []redis.XStream
+		if err == nil {
+			res, err = cmd.XReadGroup(g.ctx, &redis.XReadGroupArgs{
+				Group:    g.group,
+				Consumer: g.consumer,
+				Streams:  []string{g.key, ">"},
+				Count:    int64(n),
+				Block:    block,
+			}).Result()
+		}
+		g.bl.disarm()
+		now := time.Now()
+		switch {
+		case err == redis.Nil:
+			bo.reset()
+			g.putTokens(n)
+			continue
+		case isNoGroup(err):
+			g.putTokens(n)
+			g.recreate(&bo)
+			continue
+		case err != nil:
+			g.putTokens(n)
+			g.fail(err, &bo)
+			continue
+		}
+		bo.reset()
+		got := 0
+		for _, xs := range res {
+			for _, msg := range xs.Messages {
+				m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
+				g.mu.Lock()
+				g.inflight[m.id] = m
+				g.mu.Unlock()
+				g.ch <- m
+				got++
+			}
+		}
+		g.putTokens(n - got)
+	}
+}
+
+// takeTokens waits for one free token and takes up to BatchSize; 0 when the
+// subscription stops.
+func (g *groupSub) takeTokens() int {
+	select {
+	case <-g.tokens:
+	case <-g.ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < g.s.b.opts.BatchSize {
+		select {
+		case <-g.tokens:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (g *groupSub) putTokens(n int) {
+	for range n {
+		g.tokens <- struct{}{}
+	}
+}
+
+// recreate makes the group again after NOGROUP (the stream was deleted, or
+// Redis restarted without its data), from 0: everything in the new stream
+// is delivered.
+func (g *groupSub) recreate(bo *backoff) {
+	ctx, cancel := context.WithTimeout(g.ctx, 5*time.Second)
+	defer cancel()
+	if err := g.s.createGroup(ctx, g.key, g.group, "0"); err != nil {
+		g.fail(err, bo)
+		return
+	}
+	g.s.b.opts.Logger.Info("redisstreams: consumer group was missing; recreated it", "topic", g.topic, "group", g.group)
+}
+
+func (g *groupSub) fail(err error, bo *backoff) {
+	if g.ctx.Err() != nil {
+		return
+	}
+	g.s.b.opts.Logger.Warn("redisstreams: group read failed; retrying", "topic", g.topic, "group", g.group, "err", err)
+	g.bl.reset()
+	if isMoved(err) {
+		g.s.reloadCluster(g.ctx)
+	}
+	sleepCtx(g.ctx, bo.next())
+}
+
+// work is one handler goroutine; it returns when the subscription stops.
+func (g *groupSub) work() {
+	for {
+		var m *groupMsg
+		select {
+		case <-g.ctx.Done():
+			return
+		case m = <-g.ch:
+		}
+		g.process(m)
+		g.tokens <- struct{}{}
+	}
+}
+
+// process handles one entry to its end here: acked, dead-lettered, left
+// pending for another member, or lost to one.
+func (g *groupSub) process(m *groupMsg) {
+	g.mu.Lock()
+	if g.ctx.Err() != nil {
+		g.mu.Unlock()
+		return // handed back by cleanup
+	}
+	if m.lost {
+		delete(g.inflight, m.id)
+		g.mu.Unlock()
+		return // taken over by another member
+	}
+	m.started = true
+	g.mu.Unlock()
+	defer g.forget(m.id)
+
+	maxDel := g.cfg.MaxDeliveries
+	for {
+		ev, err := decodeEvent(m.values)
+		if err != nil {
+			g.s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it",
+				"topic", g.topic, "id", m.id, "err", err)
+			if g.s.deadLetter(g.topic, undecodableEvent(g.topic, m.id, m.values, err)) == nil {
+				g.s.acks.add(g.key, g.group, m.id)
+			}
+			return
+		}
+		if maxDel > 0 && m.attempt > maxDel {
+			// Delivered maxDel times already without an ack (consumers died).
+			reason := fmt.Sprintf("delivered %d times without an ack", m.attempt-1)
+			if g.s.deadLetter(g.topic, deadEvent(ev, g.topic, reason, m.attempt-1)) == nil {
+				g.s.acks.add(g.key, g.group, m.id)
+			}
+			return
+		}
+		ev.DeliveryAttempt = m.attempt
+		herr := callHandler(g.ctx, g.h, ev)
+		if herr == nil {
+			g.s.acks.add(g.key, g.group, m.id)
+			return
+		}
+		if g.ctx.Err() != nil {
+			return // pending: reclaimed after the ack deadline
+		}
+		if maxDel > 0 && m.attempt >= maxDel {
+			if err := g.s.deadLetter(g.topic, deadEvent(ev, g.topic, herr.Error(), m.attempt)); err != nil {
+				g.s.b.opts.Logger.Warn("redisstreams: dead letter failed; entry stays pending", "topic", g.topic, "id", m.id, "err", err)
+				return
+			}
+			g.s.acks.add(g.key, g.group, m.id)
+			return
+		}
+		if !sleepCtx(g.ctx, pubsub.RetryDelay(m.attempt)) {
+			return
+		}
+		// Claim it again: that counts the attempt on the server. MinIdle is
+		// the time since our own claim, so an entry another member has
+		// taken over in the meantime (its idle time restarted) is left to it.
+		minIdle := time.Since(m.received)
+		msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer,
+			MinIdle: minIdle, Messages: []string{m.id},
+		}).Result()
+		if err != nil || len(msgs) == 0 {
+			return
+		}
+		m.received = time.Now()
+		m.values = msgs[0].Values
+		m.attempt++
+	}
+}
+
+func (g *groupSub) forget(id string) {
+	g.mu.Lock()
+	delete(g.inflight, id)
+	g.mu.Unlock()
+}
+
+// reclaimInterval is how often a group subscription looks for entries other
+// consumers left unacked: half the ack deadline, within [10ms, 30s].
+func (g *groupSub) reclaimInterval() time.Duration {
+	return min(max(g.cfg.AckDeadline/2, 10*time.Millisecond), 30*time.Second)
+}
+
+// reclaimLoop keeps queued entries ours and takes over others' stale ones.
+func (g *groupSub) reclaimLoop() {
+	t := time.NewTicker(g.reclaimInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.refreshQueued()
+		g.reclaim()
+	}
+}
+
+// refreshQueued resets the idle time of entries waiting in the local queue,
+// so that prefetched entries are not taken over merely for waiting. Entries
+// whose idle time is already shorter than ours (another member took them
+// over) are marked lost and skipped.
+func (g *groupSub) refreshQueued() {
+	limit := g.cfg.AckDeadline / 4
+	var (
+		ids      []string
+		youngest time.Time
+	)
+	g.mu.Lock()
+	for id, m := range g.inflight {
+		if !m.started && !m.lost && time.Since(m.received) >= limit {
+			ids = append(ids, id)
+			if m.received.After(youngest) {
+				youngest = m.received // MinIdle must hold for every id
+			}
+		}
+	}
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	claimed, err := g.s.b.client.XClaimJustID(g.ctx, &redis.XClaimArgs{
+		Stream: g.key, Group: g.group, Consumer: g.consumer,
+		MinIdle: time.Since(youngest), Messages: ids,
+	}).Result()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	ok := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		ok[id] = true
+	}
+	g.mu.Lock()
+	for _, id := range ids {
+		if m := g.inflight[id]; m != nil && !m.started {
+			if ok[id] {
+				m.received = now
+			} else {
+				m.lost = true
+			}
+		}
+	}
+	g.mu.Unlock()
+}
+
+// reclaim claims entries pending longer than AckDeadline on any consumer
+// (dead ones, typically), skipping those in flight here, as far as free
+// tokens allow. The delivery count comes from XPENDING; XCLAIM adds one.
+func (g *groupSub) reclaim() {
+	n := 0
+	for n < g.s.b.opts.BatchSize {
+		select {
+		case <-g.tokens:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	if n == 0 {
+		return
+	}
+	used := 0
+	defer func() { g.putTokens(n - used) }()
+	ctx := g.ctx
+	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Idle: g.cfg.AckDeadline,
+		Start: "-", End: "+", Count: int64(n),
+	}).Result()
+	if err != nil || len(pend) == 0 {
+		return
+	}
+	counts := make(map[string]int64, len(pend))
+	var ids []string
+	g.mu.Lock()
+	for _, p := range pend {
+		if _, mine := g.inflight[p.ID]; mine {
+			continue
+		}
+		counts[p.ID] = p.RetryCount
+		ids = append(ids, p.ID)
+	}
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
+		Stream: g.key, Group: g.group, Consumer: g.consumer,
+		MinIdle: g.cfg.AckDeadline, Messages: ids,
+	}).Result()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, msg := range msgs {
+		if msg.Values == nil {
+			continue // deleted (trimmed) entry
+		}
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
+		g.mu.Lock()
+		g.inflight[m.id] = m
+		g.mu.Unlock()
+		g.ch <- m
+		used++
+	}
+}
+
+// acker writes acks in batches: one goroutine takes every queued ack and
+// sends them as one pipeline of XACKs (one per stream and group). Flush and
+// Close wait until the acks queued before them are written.
+type acker struct {
+	b *Backend
+
+	mu       sync.Mutex
+	queue    []ackReq
+	enq      uint64 // acks queued so far
+	written  uint64 // acks finished (written, or given up after retries)
+	progress chan struct{}
+	closed   bool
+	started  bool
+
+	notify chan struct{}
+	done   chan struct{}
+}
+
+type ackReq struct{ key, group, id string }
+
+func (a *acker) init(b *Backend) {
+	a.b = b
+	a.progress = make(chan struct{})
+	a.notify = make(chan struct{}, 1)
+	a.done = make(chan struct{})
+}
+
+func (a *acker) start() {
+	a.mu.Lock()
+	a.started = true
+	a.mu.Unlock()
+	go a.loop()
+}
+
+func (a *acker) add(key, group, id string) {
+	a.mu.Lock()
+	a.queue = append(a.queue, ackReq{key, group, id})
+	a.enq++
+	a.mu.Unlock()
+	select {
+	case a.notify <- struct{}{}:
+	default:
+	}
+}
+
+// flush waits until every ack queued before the call is finished.
+func (a *acker) flush(ctx context.Context) error {
+	a.mu.Lock()
+	target := a.enq
+	a.mu.Unlock()
+	for {
+		a.mu.Lock()
+		if a.written >= target || !a.started {
+			a.mu.Unlock()
+			return nil
+		}
+		ch := a.progress
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// close writes the remaining acks and stops the loop.
+func (a *acker) close() error {
+	a.mu.Lock()
+	started := a.started
+	a.closed = true
+	a.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case a.notify <- struct{}{}:
+	default:
+	}
+	<-a.done
+	return nil
+}
+
+func (a *acker) loop() {
+	defer close(a.done)
+	for {
+		<-a.notify
+		for {
+			a.mu.Lock()
+			batch := a.queue
+			a.queue = nil
+			closed := a.closed
+			a.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			a.write(batch)
+			a.mu.Lock()
+			a.written += uint64(len(batch))
+			close(a.progress)
+			a.progress = make(chan struct{})
+			a.mu.Unlock()
+		}
+	}
+}
+
+// write sends batch, retrying failed XACKs with backoff for a while. An ack
+// that cannot be written leaves its entry pending: it is redelivered after
+// the ack deadline (at-least-once), never lost.
+func (a *acker) write(batch []ackReq) {
+	type sg struct{ key, group string }
+	byStream := make(map[sg][]string)
+	var order []sg
+	for _, r := range batch {
+		k := sg{r.key, r.group}
+		if _, ok := byStream[k]; !ok {
+			order = append(order, k)
+		}
+		byStream[k] = append(byStream[k], r.id)
+	}
+	var bo backoff
+	for try := 0; ; try++ {
+		ctx := context.Background()
+		pipe := a.b.client.Pipeline()
+		cmds := make([]*redis.IntCmd, len(order))
+		for i, k := range order {
+			cmds[i] = pipe.XAck(ctx, k.key, k.group, byStream[k]...)
+		}
+		_, _ = pipe.Exec(ctx)
+		var failed []sg
+		var lastErr error
+		for i, k := range order {
+			if err := cmds[i].Err(); err != nil && !isNoGroup(err) {
+				failed = append(failed, k)
+				lastErr = err
+			}
+		}
+		if len(failed) == 0 {
+			return
+		}
+		if try >= 8 {
+			a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
+				"streams", len(failed), "err", lastErr)
+			return
+		}
+		order = failed
+		time.Sleep(bo.next())
+	}
+}

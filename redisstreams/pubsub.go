@@ -1,0 +1,489 @@
+package redisstreams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/keys"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// streamBus is the pubsub half of a Backend: the publish writers, the shared
+// fan-out readers, the group subscriptions and the ack batcher. Its
+// goroutines start on first use, so a Backend used only for leases runs none.
+type streamBus struct {
+	b *Backend
+
+	// calls counts Publish and Subscribe calls in progress; close waits for
+	// them after the Backend is marked closed (so no new ones start).
+	calls sync.WaitGroup
+
+	startOnce sync.Once
+	ctx       context.Context // ends when close stops the readers
+	cancel    context.CancelFunc
+
+	queue     chan *pubReq // publish requests for the writers
+	stopW     chan struct{}
+	writersWG sync.WaitGroup
+
+	acks acker
+
+	// fmu guards what Flush waits for: the last id this Backend wrote to
+	// each stream that has a local subscription.
+	fmu     sync.Mutex
+	subKeys map[string]int    // stream key → local subscriptions on it
+	lastPub map[string]string // stream key → last id written here
+
+	mu      sync.Mutex
+	subs    map[subscription]struct{}
+	readers map[string]*fanReader
+	bg      sync.WaitGroup // readers and other bus goroutines
+
+	done chan struct{} // closed when close has finished
+}
+
+// subscription is what close stops: a fan-out or a group subscription.
+type subscription interface {
+	pubsub.Subscription
+	shutdown(ctx context.Context) error
+	// streamKey returns the key of the subscribed stream.
+	streamKey() string
+	// caughtUp reports whether every entry up to id that this
+	// subscription is to handle has been handled (and, for groups, acked).
+	caughtUp(ctx context.Context, id string) (bool, error)
+}
+
+// numWriters is the number of goroutines that send coalesced publish
+// pipelines. More than one lets a pipeline be encoded while another waits
+// for its replies, and lets Cluster nodes be written in parallel.
+const numWriters = 2
+
+func (s *streamBus) init(b *Backend) {
+	s.b = b
+	s.done = make(chan struct{})
+	s.subs = make(map[subscription]struct{})
+	s.subKeys = make(map[string]int)
+	s.lastPub = make(map[string]string)
+	s.readers = make(map[string]*fanReader)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.queue = make(chan *pubReq, 4*b.opts.BatchSize)
+	s.stopW = make(chan struct{})
+	s.acks.init(b)
+}
+
+// start launches the writers and the acker, once.
+func (s *streamBus) start() {
+	s.startOnce.Do(func() {
+		for range numWriters {
+			s.writersWG.Add(1)
+			go s.writeLoop()
+		}
+		s.acks.start()
+	})
+}
+
+// enter registers a Publish or Subscribe call; it fails with ErrClosed after
+// Close. The caller must call s.calls.Done.
+func (s *streamBus) enter() error {
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return pubsub.ErrClosed
+	}
+	s.calls.Add(1)
+	s.start()
+	return nil
+}
+
+// close drains in-flight publishes, stops every subscription (waiting for
+// its handlers and writing its acks), stops the readers, flushes the acker
+// and stops the writers.
+func (s *streamBus) close() error {
+	defer close(s.done)
+	s.calls.Wait()
+	s.startOnce.Do(func() {}) // nothing started: nothing to stop but the ctx
+	s.mu.Lock()
+	subs := make([]subscription, 0, len(s.subs))
+	for sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	for _, sub := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sub.shutdown(context.Background()); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	s.cancel()
+	s.mu.Lock()
+	for _, r := range s.readers {
+		r.bl.wake()
+	}
+	s.mu.Unlock()
+	s.bg.Wait()
+
+	errs = append(errs, s.acks.close())
+	close(s.stopW)
+	s.writersWG.Wait()
+	return errors.Join(errs...)
+}
+
+// wait returns once close has finished.
+func (s *streamBus) wait() { <-s.done }
+
+// add registers a started subscription.
+func (s *streamBus) add(sub subscription) {
+	s.mu.Lock()
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+	s.fmu.Lock()
+	s.subKeys[sub.streamKey()]++
+	s.fmu.Unlock()
+}
+
+// remove forgets sub (after it stopped).
+func (s *streamBus) remove(sub subscription) {
+	s.mu.Lock()
+	_, ok := s.subs[sub]
+	delete(s.subs, sub)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	key := sub.streamKey()
+	s.fmu.Lock()
+	if s.subKeys[key]--; s.subKeys[key] <= 0 {
+		delete(s.subKeys, key)
+		delete(s.lastPub, key)
+	}
+	s.fmu.Unlock()
+}
+
+// wrote records that id was written to the stream key, for Flush.
+func (s *streamBus) wrote(key, id string) {
+	s.fmu.Lock()
+	if s.subKeys[key] > 0 && compareStreamIDs(id, s.lastPub[key]) > 0 {
+		s.lastPub[key] = id
+	}
+	s.fmu.Unlock()
+}
+
+// flush waits until every local subscription has handled the entries this
+// Backend wrote to its stream before the call, and their acks are written.
+// Subscriptions report progress without notification, so it polls, from
+// 1ms up to 20ms between checks.
+func (s *streamBus) flush(ctx context.Context) error {
+	s.fmu.Lock()
+	targets := make(map[string]string, len(s.lastPub))
+	for k, v := range s.lastPub {
+		targets[k] = v
+	}
+	s.fmu.Unlock()
+	s.mu.Lock()
+	var subs []subscription
+	for sub := range s.subs {
+		if _, ok := targets[sub.streamKey()]; ok {
+			subs = append(subs, sub)
+		}
+	}
+	s.mu.Unlock()
+	delay := time.Millisecond
+	for {
+		if err := s.acks.flush(ctx); err != nil {
+			return err
+		}
+		rest := subs[:0]
+		for _, sub := range subs {
+			ok, err := sub.caughtUp(ctx, targets[sub.streamKey()])
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("redisstreams: flush: %w", err)
+			}
+			if !ok {
+				rest = append(rest, sub)
+			}
+		}
+		subs = rest
+		if len(subs) == 0 {
+			return s.acks.flush(ctx)
+		}
+		if !sleepCtx(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// Publish stores e on topic: it returns after Redis replied to the event's
+// XADD. Concurrent calls are coalesced into pipelines of up to BatchSize
+// commands, so many publishers share few round trips; no call returns
+// before its own reply. It assigns e.ID and e.CreatedAt when empty.
+//
+// It returns an error wrapping pubsub.ErrInvalid for an empty topic or type,
+// for metadata that is not valid UTF-8 or for an encoded event larger than
+// Options.MaxEventSize; pubsub.ErrClosed after Close; the Redis error of the
+// write; or ctx.Err() (wrapped) when ctx ends first, in which case the event
+// may or may not have been stored. A client configured with retries
+// (go-redis MaxRetries) may store an event twice after a network error;
+// handlers deduplicate on Event.ID.
+func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	if err := b.bus.enter(); err != nil {
+		return err
+	}
+	defer b.bus.calls.Done()
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return err
+	}
+	e, err := pubsub.PrepareEvent(e)
+	if err != nil {
+		return err
+	}
+	fields, size, err := encodeEvent(e)
+	if err != nil {
+		return err
+	}
+	if size > b.opts.MaxEventSize {
+		return fmt.Errorf("%w: event %q on topic %q is %d bytes encoded, over the limit of %d bytes (Options.MaxEventSize)",
+			pubsub.ErrInvalid, e.ID, topic, size, b.opts.MaxEventSize)
+	}
+	return b.bus.publish(ctx, b.keys.Stream(topic), fields)
+}
+
+// Subscribe starts delivering the events of topic to h and returns once the
+// subscription is in place (see pubsub.Subscriber).
+//
+// Without pubsub.Group the subscription is fan-out: it reads the stream with
+// XREAD from an explicit id, resolved before Subscribe returns (the stream's
+// last id for StartFrom(Latest), 0 for Earliest), so no consumer group or
+// pending list is created. All fan-out subscriptions of a Backend on a
+// standalone or Sentinel client share one blocking connection (on Cluster,
+// one per hash slot; on other clients, such as a Ring, one per topic, polling
+// every 100ms at most); a new subscription wakes it with CLIENT UNBLOCK. A
+// failing fan-out delivery is retried locally with pubsub.RetryDelay backoff
+// and, after MaxDeliveries attempts, published to the dead-letter topic.
+//
+// With pubsub.Group the subscription is one consumer of a Redis consumer
+// group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
+// existing group keeps its position), named Options.Consumer plus a
+// per-subscription suffix. It holds one connection for its blocking
+// XREADGROUP, reads up to BatchSize entries at a time, acks in batches,
+// redelivers a nacked entry to itself after pubsub.RetryDelay (XCLAIM, which
+// counts the attempt), and every AckDeadline/2 claims entries that other
+// consumers left unacked for AckDeadline. Entries its handlers have not
+// started when it is unsubscribed are handed back at once.
+//
+// Entries that cannot be decoded (written by something other than leasebus)
+// are published to the dead-letter topic with their raw fields as Data and
+// the reason in pubsub.MetaDeadReason, then acked, and reading goes on.
+//
+// Bad input returns an error wrapping pubsub.ErrInvalid; after Close,
+// pubsub.ErrClosed; a Redis error of the setup is returned as is.
+func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) (pubsub.Subscription, error) {
+	if err := b.bus.enter(); err != nil {
+		return nil, err
+	}
+	defer b.bus.calls.Done()
+	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Group != "" {
+		return b.bus.subscribeGroup(ctx, topic, h, cfg)
+	}
+	return b.bus.subscribeFanOut(ctx, topic, h, cfg)
+}
+
+// Flush waits until every event this Backend published before the call has
+// been handled by this Backend's subscriptions on its topic (fan-out
+// subscriptions: handled; group subscriptions: the group has delivered it
+// and, if to this Backend, it has been handled and its ack written), and
+// until every ack queued before the call is written to Redis. Deliveries to
+// other processes are not waited for. It returns ctx.Err() when ctx ends
+// first and pubsub.ErrClosed after Close.
+func (b *Backend) Flush(ctx context.Context) error {
+	if b.isClosed() {
+		return pubsub.ErrClosed
+	}
+	return b.bus.flush(ctx)
+}
+
+// callHandler runs h, turning a panic into an error.
+func callHandler(ctx context.Context, h pubsub.Handler, e pubsub.Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("redisstreams: handler panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, e)
+}
+
+// deadLetter publishes e to the dead-letter topic of topic. It uses its own
+// timeout, not a subscription's ctx, so it completes during shutdown.
+func (s *streamBus) deadLetter(topic string, e pubsub.Event) error {
+	fields, _, err := encodeEvent(e)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dead := pubsub.DeadLetterTopic(topic)
+	if err := s.publish(ctx, s.b.keys.Stream(dead), fields); err != nil {
+		return fmt.Errorf("redisstreams: dead-letter %q to %q: %w", e.ID, dead, err)
+	}
+	return nil
+}
+
+// backoff is a capped, jittered exponential delay for retry loops, so that a
+// loop facing a dead server neither spins nor gives up.
+type backoff struct{ d time.Duration }
+
+const (
+	backoffMin = 20 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+func (b *backoff) next() time.Duration {
+	if b.d == 0 {
+		b.d = backoffMin
+	} else {
+		b.d = min(2*b.d, backoffMax)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isNoGroup reports a NOGROUP reply: the stream or its group is gone.
+func isNoGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
+
+// isNoSuchKey reports the reply of XINFO STREAM on a missing key.
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "no such key")
+}
+
+// isUnknownCommand reports that the server does not implement a command (a
+// fake such as miniredis).
+func isUnknownCommand(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
+}
+
+// isMoved reports a Cluster redirection or a down slot: the node map is
+// stale.
+func isMoved(err error) bool {
+	if err == nil {
+		return false
+	}
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") ||
+		redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
+}
+
+// isNetErr reports a transport error (the connection should be replaced).
+func isNetErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrClosed) ||
+		strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "connection reset")
+}
+
+// lastStreamID returns the last id generated in the stream at key ("0-0"
+// when it does not exist). Fan-out subscriptions with StartFrom(Latest)
+// start after it.
+func (s *streamBus) lastStreamID(ctx context.Context, key string) (string, error) {
+	info, err := s.b.client.XInfoStream(ctx, key).Result()
+	switch {
+	case err == nil:
+		if info.LastGeneratedID != "" {
+			return info.LastGeneratedID, nil
+		}
+		return "0-0", nil
+	case isNoSuchKey(err):
+		return "0-0", nil
+	case isUnknownCommand(err):
+		msgs, err := s.b.client.XRevRangeN(ctx, key, "+", "-", 1).Result()
+		if err != nil {
+			return "", fmt.Errorf("redisstreams: xrevrange %q: %w", key, err)
+		}
+		if len(msgs) == 0 {
+			return "0-0", nil
+		}
+		return msgs[0].ID, nil
+	}
+	return "", fmt.Errorf("redisstreams: xinfo stream %q: %w", key, err)
+}
+
+// readerGroup returns which shared fan-out reader serves the stream key, and
+// how that reader gets its blocking connection: one for the whole standalone
+// (or Sentinel) client, one per hash slot on Cluster (keys of different slots
+// cannot share an XREAD), one per hash tag on other clients.
+func (s *streamBus) readerGroup(key string) (string, nodeFunc) {
+	switch c := s.b.client.(type) {
+	case *redis.Client:
+		return "", func(context.Context) (*redis.Client, error) { return c, nil }
+	case *redis.ClusterClient:
+		slot := keys.Slot(key)
+		return fmt.Sprintf("slot:%d", slot), func(ctx context.Context) (*redis.Client, error) {
+			return c.MasterForKey(ctx, key)
+		}
+	default:
+		return "tag:" + keys.HashTag(key), nil
+	}
+}
+
+// nodeFor returns how a group subscription on key gets its blocking
+// connection (nil: use the shared pool with short blocks).
+func (s *streamBus) nodeFor(key string) nodeFunc {
+	switch c := s.b.client.(type) {
+	case *redis.Client:
+		return func(context.Context) (*redis.Client, error) { return c, nil }
+	case *redis.ClusterClient:
+		return func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, key) }
+	}
+	return nil
+}
+
+// reloadCluster refreshes the Cluster slot map after a redirection.
+func (s *streamBus) reloadCluster(ctx context.Context) {
+	if c, ok := s.b.client.(*redis.ClusterClient); ok {
+		c.ReloadState(ctx)
+	}
+}

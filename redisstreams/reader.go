@@ -1,0 +1,574 @@
+package redisstreams
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// nodeFunc returns the client of the node a blocking connection must talk to.
+type nodeFunc func(ctx context.Context) (*redis.Client, error)
+
+// pollBlock caps a blocking read when the connection cannot be woken with
+// CLIENT UNBLOCK (a Ring, or a server without CLIENT ID such as miniredis).
+const pollBlock = 100 * time.Millisecond
+
+// blocker owns one dedicated connection for blocking reads (XREAD or
+// XREADGROUP BLOCK) that another goroutine can interrupt: wake sends CLIENT
+// UNBLOCK with the connection's id over the node's ordinary pool. go-redis
+// does not abort a blocking read when its ctx is cancelled, so this is how
+// new subscriptions are picked up at once and how Unsubscribe and Close
+// return without waiting out BlockTime.
+//
+// The owner brackets each blocking call with arm and disarm and reads its
+// inputs after arm: a change made before arm is seen by the read, a change
+// made after it is followed by an unblock.
+type blocker struct {
+	b    *Backend
+	node nodeFunc // nil: no dedicated connection, use the client's pool
+
+	mu       sync.Mutex
+	conn     *redis.Conn
+	nodeCli  *redis.Client
+	clientID int64 // 0: cannot be unblocked
+	blocking bool
+	gen      uint64
+
+	kick chan struct{} // wake tokens for the waker goroutine and idle owners
+}
+
+func newBlocker(b *Backend, node nodeFunc) *blocker {
+	return &blocker{b: b, node: node, kick: make(chan struct{}, 1)}
+}
+
+// cmd returns what to run the blocking read on and the BLOCK time to use.
+func (bl *blocker) cmd(ctx context.Context) (redis.Cmdable, time.Duration, error) {
+	block := bl.b.opts.BlockTime
+	if bl.node == nil {
+		return bl.b.client, min(block, pollBlock), nil
+	}
+	bl.mu.Lock()
+	conn, id := bl.conn, bl.clientID
+	bl.mu.Unlock()
+	if conn == nil {
+		cli, err := bl.node(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		conn = cli.Conn()
+		id, err = conn.ClientID(ctx).Result()
+		switch {
+		case err == nil:
+		case isUnknownCommand(err):
+			id = 0
+		default:
+			_ = conn.Close()
+			return nil, 0, err
+		}
+		bl.mu.Lock()
+		bl.conn, bl.nodeCli, bl.clientID = conn, cli, id
+		bl.mu.Unlock()
+	}
+	if id == 0 {
+		block = min(block, pollBlock)
+	}
+	return conn, block, nil
+}
+
+// reset drops the connection after an error; the next cmd dials anew.
+func (bl *blocker) reset() {
+	bl.mu.Lock()
+	conn := bl.conn
+	bl.conn, bl.nodeCli, bl.clientID = nil, nil, 0
+	bl.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+func (bl *blocker) arm() {
+	bl.mu.Lock()
+	bl.blocking = true
+	bl.gen++
+	bl.mu.Unlock()
+}
+
+func (bl *blocker) disarm() {
+	bl.mu.Lock()
+	bl.blocking = false
+	bl.mu.Unlock()
+}
+
+// wake makes the owner re-read its inputs soon: an idle owner waiting on
+// kick returns, and a blocked read is unblocked by the waker goroutine.
+func (bl *blocker) wake() {
+	select {
+	case bl.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waker runs beside the owner until done closes: on each kick it unblocks
+// the owner's read if one is in progress. CLIENT UNBLOCK answers 0 when the
+// read has not reached the server yet, so it retries for a short while.
+func (bl *blocker) waker(kickOut chan<- struct{}, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-bl.kick:
+		}
+		select { // pass the token on to an owner waiting idle
+		case kickOut <- struct{}{}:
+		default:
+		}
+		bl.unblock(done)
+	}
+}
+
+func (bl *blocker) unblock(done <-chan struct{}) {
+	bl.mu.Lock()
+	blocking, gen, id, cli := bl.blocking, bl.gen, bl.clientID, bl.nodeCli
+	bl.mu.Unlock()
+	if !blocking || id == 0 || cli == nil {
+		return
+	}
+	deadline := time.Now().Add(250 * time.Millisecond)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		n, err := cli.ClientUnblock(ctx, id).Result()
+		cancel()
+		if err != nil || n == 1 || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		bl.mu.Lock()
+		still := bl.blocking && bl.gen == gen && bl.clientID == id
+		bl.mu.Unlock()
+		if !still {
+			return
+		}
+	}
+}
+
+// fanReader is the shared fan-out reader of one reader group (see
+// streamBus.readerGroup): one goroutine and one blocking connection issue
+// XREAD over every stream its subscriptions read, each from the smallest
+// cursor among the subscriptions that have room, and hand each entry to the
+// subscriptions whose cursor is behind it.
+type fanReader struct {
+	s  *streamBus
+	bl *blocker
+
+	mu      sync.Mutex
+	streams map[string]*fanStream
+	idle    chan struct{} // kicks passed on by the waker
+
+	lastCheck time.Time
+}
+
+type fanStream struct {
+	key, topic string
+	subs       []*fanSub
+}
+
+// fanSub is one fan-out subscription.
+type fanSub struct {
+	s     *streamBus
+	r     *fanReader
+	st    *fanStream
+	topic string
+	key   string
+	h     pubsub.Handler
+	cfg   pubsub.SubscribeConfig
+
+	cursor string       // last entry id handed over; guarded by r.mu
+	full   atomic.Bool  // ch was full: the reader skips it until drained
+	busy   atomic.Int64 // entries handed over and not yet handled
+	ch     chan fanMsg
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+}
+
+type fanMsg struct {
+	id string
+	ev pubsub.Event
+}
+
+// readerFor returns the running shared reader for the stream key, starting
+// it when needed.
+func (s *streamBus) readerFor(key string) *fanReader {
+	group, node := s.readerGroup(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.readers[group]; r != nil {
+		return r
+	}
+	r := &fanReader{
+		s:       s,
+		bl:      newBlocker(s.b, node),
+		streams: make(map[string]*fanStream),
+		idle:    make(chan struct{}, 1),
+	}
+	s.readers[group] = r
+	done := make(chan struct{})
+	s.bg.Add(2)
+	go func() {
+		defer s.bg.Done()
+		defer close(done)
+		r.loop()
+	}()
+	go func() {
+		defer s.bg.Done()
+		r.bl.waker(r.idle, done)
+	}()
+	return r
+}
+
+func (s *streamBus) subscribeFanOut(ctx context.Context, topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+	key := s.b.keys.Stream(topic)
+	cursor := "0-0"
+	if cfg.StartFrom == pubsub.Latest {
+		id, err := s.lastStreamID(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		cursor = id
+	}
+	size := max(s.b.opts.BatchSize, 2*cfg.Concurrency, 2)
+	sub := &fanSub{
+		s:      s,
+		topic:  topic,
+		h:      h,
+		cfg:    cfg,
+		cursor: cursor,
+		ch:     make(chan fanMsg, size),
+		done:   make(chan struct{}),
+	}
+	sub.ctx, sub.cancel = context.WithCancel(context.Background())
+	for range cfg.Concurrency {
+		sub.wg.Add(1)
+		go sub.work()
+	}
+	sub.key = key
+	s.add(sub)
+
+	r := s.readerFor(key)
+	sub.r = r
+	r.mu.Lock()
+	st := r.streams[key]
+	if st == nil {
+		st = &fanStream{key: key, topic: topic}
+		r.streams[key] = st
+	}
+	st.subs = append(st.subs, sub)
+	sub.st = st
+	r.mu.Unlock()
+	r.bl.wake()
+	return sub, nil
+}
+
+// Topic returns the subscribed topic.
+func (f *fanSub) Topic() string { return f.topic }
+
+// Unsubscribe stops deliveries and waits for running handlers (or ctx).
+func (f *fanSub) Unsubscribe(ctx context.Context) error { return f.shutdown(ctx) }
+
+func (f *fanSub) shutdown(ctx context.Context) error {
+	f.once.Do(func() {
+		r := f.r
+		r.mu.Lock()
+		st := f.st
+		for i, x := range st.subs {
+			if x == f {
+				st.subs = append(st.subs[:i], st.subs[i+1:]...)
+				break
+			}
+		}
+		if len(st.subs) == 0 {
+			delete(r.streams, st.key)
+		}
+		r.mu.Unlock()
+		f.cancel()
+		go func() {
+			f.wg.Wait()
+			f.s.remove(f)
+			close(f.done)
+		}()
+	})
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// work is one handler goroutine; it returns when the subscription stops.
+func (f *fanSub) work() {
+	defer f.wg.Done()
+	for {
+		var m fanMsg
+		select {
+		case <-f.ctx.Done():
+			return
+		case m = <-f.ch:
+		}
+		if f.full.Load() && len(f.ch) <= cap(f.ch)/2 && f.full.CompareAndSwap(true, false) {
+			f.r.bl.wake()
+		}
+		f.handle(m)
+		f.busy.Add(-1)
+	}
+}
+
+func (f *fanSub) streamKey() string { return f.key }
+
+// caughtUp reports whether the reader has handed over every entry up to id
+// and the handlers have finished them.
+func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
+	select {
+	case <-f.done:
+		return true, nil
+	default:
+	}
+	f.r.mu.Lock()
+	cursor := f.cursor
+	f.r.mu.Unlock()
+	return compareStreamIDs(cursor, id) >= 0 && f.busy.Load() == 0, nil
+}
+
+// handle delivers one entry, retrying locally on failure with
+// pubsub.RetryDelay backoff, and dead-letters it after MaxDeliveries
+// attempts. An unsubscribed subscription drops it.
+func (f *fanSub) handle(m fanMsg) {
+	for attempt := 1; ; attempt++ {
+		m.ev.DeliveryAttempt = attempt
+		err := callHandler(f.ctx, f.h, m.ev)
+		if err == nil || f.ctx.Err() != nil {
+			return
+		}
+		if f.cfg.MaxDeliveries > 0 && attempt >= f.cfg.MaxDeliveries {
+			if derr := f.s.deadLetter(f.topic, deadEvent(m.ev, f.topic, err.Error(), attempt)); derr != nil {
+				f.s.b.opts.Logger.Warn("redisstreams: fan-out dead letter failed; event dropped for this subscription",
+					"topic", f.topic, "event", m.ev.ID, "err", derr)
+			}
+			return
+		}
+		if !sleepCtx(f.ctx, pubsub.RetryDelay(attempt)) {
+			return
+		}
+	}
+}
+
+// loop is the reader goroutine; it returns when the bus closes.
+func (r *fanReader) loop() {
+	defer r.bl.reset()
+	ctx := r.s.ctx
+	var bo backoff
+	for ctx.Err() == nil {
+		r.bl.arm()
+		streams := r.args()
+		if len(streams) == 0 {
+			r.bl.disarm()
+			r.bl.reset() // hold no connection while idle
+			select {
+			case <-ctx.Done():
+			case <-r.idle:
+			}
+			continue
+		}
+		cmd, block, err := r.bl.cmd(ctx)
+		if err != nil {
+			r.bl.disarm()
+			r.fail(ctx, err, &bo)
+			continue
+		}
+		res, err := cmd.XRead(ctx, &redis.XReadArgs{
+			Streams: streams,
+			Count:   int64(r.s.b.opts.BatchSize),
+			Block:   block,
+		}).Result()
+		r.bl.disarm()
+		switch {
+		case err == redis.Nil:
+			bo.reset()
+		case err != nil:
+			r.fail(ctx, err, &bo)
+			continue
+		default:
+			bo.reset()
+			r.dispatch(res)
+		}
+		if time.Since(r.lastCheck) >= r.s.b.opts.BlockTime {
+			r.checkStreams(ctx, cmd)
+		}
+	}
+}
+
+func (r *fanReader) fail(ctx context.Context, err error, bo *backoff) {
+	if ctx.Err() != nil {
+		return
+	}
+	r.s.b.opts.Logger.Warn("redisstreams: fan-out read failed; retrying", "err", err)
+	r.bl.reset()
+	if isMoved(err) {
+		r.s.reloadCluster(ctx)
+	}
+	sleepCtx(ctx, bo.next())
+}
+
+// args returns the XREAD STREAMS arguments: each stream with a subscription
+// that has room, from the smallest cursor among those.
+func (r *fanReader) args() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.streams))
+	ids := make([]string, 0, len(r.streams))
+	for key, st := range r.streams {
+		from := ""
+		for _, sub := range st.subs {
+			if sub.full.Load() {
+				continue
+			}
+			if from == "" || compareStreamIDs(sub.cursor, from) < 0 {
+				from = sub.cursor
+			}
+		}
+		if from != "" {
+			keys = append(keys, key)
+			ids = append(ids, from)
+		}
+	}
+	return append(keys, ids...)
+}
+
+// dispatch hands each entry to every subscription whose cursor is behind it
+// and that has room, in stream order. Entries that do not decode are
+// dead-lettered once by this reader.
+func (r *fanReader) dispatch(res []redis.XStream) {
+	type poison struct {
+		topic, id string
+		values    map[string]any
+		err       error
+	}
+	var poisons []poison
+	r.mu.Lock()
+	for _, xs := range res {
+		st := r.streams[xs.Stream]
+		if st == nil {
+			continue
+		}
+		for _, msg := range xs.Messages {
+			var (
+				ev      pubsub.Event
+				decoded bool
+				bad     bool
+				first   = true
+			)
+			for _, sub := range st.subs {
+				if sub.full.Load() || compareStreamIDs(msg.ID, sub.cursor) <= 0 {
+					continue
+				}
+				if !decoded {
+					var err error
+					ev, err = decodeEvent(msg.Values)
+					decoded = true
+					if err != nil {
+						bad = true
+						poisons = append(poisons, poison{st.topic, msg.ID, msg.Values, err})
+					}
+				}
+				if bad {
+					sub.cursor = msg.ID
+					continue
+				}
+				e := ev
+				if !first {
+					e = cloneEvent(ev)
+				}
+				sub.full.Store(true)
+				sub.busy.Add(1)
+				select {
+				case sub.ch <- fanMsg{id: msg.ID, ev: e}:
+					sub.full.Store(false)
+					sub.cursor = msg.ID
+					first = false
+				default: // stays full until its workers drain it
+					sub.busy.Add(-1)
+				}
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range poisons {
+		r.s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it",
+			"topic", p.topic, "id", p.id, "err", p.err)
+		if err := r.s.deadLetter(p.topic, undecodableEvent(p.topic, p.id, p.values, p.err)); err != nil {
+			r.s.b.opts.Logger.Warn("redisstreams: dead letter failed", "topic", p.topic, "id", p.id, "err", err)
+		}
+	}
+}
+
+// checkStreams notices streams deleted (or recreated with lower ids) under
+// the reader: XREAD on a missing key just blocks, and a recreated stream
+// may restart below a cursor. The cursors of such streams go back to 0, so
+// that everything in the stream when it reappears is delivered.
+func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
+	r.lastCheck = time.Now()
+	type snap struct {
+		sub    *fanSub
+		cursor string
+	}
+	r.mu.Lock()
+	snaps := make(map[string][]snap, len(r.streams))
+	for key, st := range r.streams {
+		for _, sub := range st.subs {
+			if sub.cursor != "0-0" {
+				snaps[key] = append(snaps[key], snap{sub, sub.cursor})
+			}
+		}
+	}
+	r.mu.Unlock()
+	if len(snaps) == 0 {
+		return
+	}
+	pipe := cmd.Pipeline()
+	infos := make(map[string]*redis.XInfoStreamCmd, len(snaps))
+	for key := range snaps {
+		infos[key] = pipe.XInfoStream(ctx, key)
+	}
+	_, _ = pipe.Exec(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, cmd := range infos {
+		info, err := cmd.Result()
+		last := ""
+		switch {
+		case err == nil:
+			last = info.LastGeneratedID
+		case isNoSuchKey(err):
+			last = "0-0"
+		default:
+			continue // unknown: check again later
+		}
+		for _, sn := range snaps[key] {
+			if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
+				sn.sub.cursor = "0-0"
+			}
+		}
+	}
+}

@@ -1,0 +1,578 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+)
+
+var (
+	// ErrReleased is the cause a Held ends with (Err, context.Cause of its
+	// Context) after Release.
+	ErrReleased = errors.New("lease: released")
+
+	// ErrTransferred is the cause a Held ends with after a successful
+	// Transfer: the lease lives on in the Held that Transfer returned.
+	ErrTransferred = errors.New("lease: transferred")
+)
+
+const (
+	// maxRenewBatch is the most renewals sent in one BatchRenewer call.
+	maxRenewBatch = 1000
+	// maxRenewInFlight bounds concurrent RenewLease calls when the provider
+	// has no BatchRenewer.
+	maxRenewInFlight = 64
+)
+
+// KeeperOptions configures a Keeper. The zero value is valid.
+type KeeperOptions struct {
+	// RenewEvery is how often each Held is renewed. Default (0): a third of
+	// the Held's TTL. It must not be negative, and Keep rejects (ErrInvalid)
+	// a ttl that is not longer than RenewEvery.
+	RenewEvery time.Duration
+}
+
+// Keeper holds leases and renews them in the background. One goroutine per
+// Keeper renews all of its Helds, in aligned batches: when the earliest Held
+// is due, every Held due within the next half renewal interval is renewed
+// with it, through [BatchRenewer] (at most 1000 per call) when the provider
+// has it, or else with one RenewLease per Held, up to 64 at once. The
+// goroutine runs only while the Keeper holds at least one Held: it exits when
+// the last one ends and starts again on the next Keep.
+//
+// A Keeper is fail-closed: each Held is declared lost (Done closes, Context
+// is cancelled) as soon as a renewal is refused, and, while renewals fail,
+// before the lease could expire on the backend, reckoning from the moment the
+// last successful renewal was sent. The renew calls get a context whose
+// deadline is that moment, so the provider must honour ctx deadlines (every
+// provider in this module does).
+//
+// A Keeper is safe for concurrent use. Create it with NewKeeper; the package
+// function [Keep] uses a Keeper shared per Provider instead.
+type Keeper struct {
+	p      Provider
+	batch  BatchRenewer // nil when p has no batch renewal
+	every  time.Duration
+	shared bool // the Keeper Keep shares for p; removed from sharedKeepers when idle
+
+	stopCtx context.Context // cancelled by Close: aborts renew calls in flight
+	stop    context.CancelFunc
+
+	wake chan struct{} // buffered 1: asks the loop to plan again
+
+	mu       sync.Mutex
+	helds    map[*Held]struct{}
+	closed   bool
+	running  bool          // a loop goroutine is running
+	loopDone chan struct{} // closed when the latest loop goroutine exits
+	nextWake time.Time     // when the idle loop will look again; zero while renewing
+}
+
+// NewKeeper returns a Keeper that keeps leases of p. It starts no goroutine
+// until the first Keep.
+func NewKeeper(p Provider, opts KeeperOptions) *Keeper {
+	return newKeeper(p, opts, false)
+}
+
+func newKeeper(p Provider, opts KeeperOptions, shared bool) *Keeper {
+	k := &Keeper{
+		p:      p,
+		every:  opts.RenewEvery,
+		shared: shared,
+		wake:   make(chan struct{}, 1),
+		helds:  make(map[*Held]struct{}),
+	}
+	k.batch, _ = p.(BatchRenewer)
+	k.stopCtx, k.stop = context.WithCancel(context.Background())
+	return k
+}
+
+// sharedKeepers maps a Provider to the Keeper that the package function Keep
+// uses for it. A Keeper removes itself when it holds nothing.
+var sharedKeepers sync.Map
+
+// Keep acquires key for owner for ttl with one AcquireLease on p and keeps
+// it renewed by a Keeper shared by every Keep of p, as [Keeper.Keep] does.
+// The shared Keeper's goroutine exits when it holds no lease, so nothing
+// needs to be closed; release each Held when done.
+func Keep(ctx context.Context, p Provider, key, owner string, ttl time.Duration) (*Held, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: provider is nil", ErrInvalid)
+	}
+	k := sharedKeeper(p)
+	h, err := k.Keep(ctx, key, owner, ttl)
+	if err != nil {
+		k.dropIfIdle()
+	}
+	return h, err
+}
+
+// dropIfIdle forgets a shared Keeper that holds nothing, so that sharedKeepers
+// does not keep providers alive.
+func (k *Keeper) dropIfIdle() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.shared && !k.running && len(k.helds) == 0 {
+		sharedKeepers.CompareAndDelete(k.p, k)
+	}
+}
+
+func sharedKeeper(p Provider) *Keeper {
+	if !reflect.ValueOf(p).Comparable() {
+		// Cannot be a map key: a Keeper of its own, whose goroutine
+		// still exits when its last Held ends.
+		return newKeeper(p, KeeperOptions{}, false)
+	}
+	if v, ok := sharedKeepers.Load(p); ok {
+		return v.(*Keeper)
+	}
+	v, _ := sharedKeepers.LoadOrStore(p, newKeeper(p, KeeperOptions{}, true))
+	return v.(*Keeper)
+}
+
+// Keep acquires key for owner for ttl with one AcquireLease and, when that
+// wins, returns a Held that the Keeper renews until it is released,
+// transferred or lost, or the Keeper closes. ctx bounds only the acquire; the
+// Held's own lifetime is its Context, which carries ctx's values but not its
+// cancellation.
+//
+// When another owner holds key, Keep returns a *HeldError (errors.Is
+// ErrHeld). It returns an error wrapping ErrInvalid for bad input (also when
+// ttl is not longer than KeeperOptions.RenewEvery), ErrClosed after Close,
+// and the provider's error (wrapped) when the acquire failed. Keeping a key
+// the same owner already holds re-acquires it (same token): owners should be
+// unique per holder.
+func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration) (*Held, error) {
+	if err := CheckAcquire(key, owner, ttl); err != nil {
+		return nil, err
+	}
+	interval, err := k.interval(ttl)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	sent := time.Now()
+	r, err := k.p.AcquireLease(ctx, key, owner, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("lease: acquire %q for %s: %w", key, owner, err)
+	}
+	if !r.Acquired {
+		return nil, NewHeldError(key, r)
+	}
+	h := k.newHeld(ctx, key, owner, r.Token, ttl, interval, sent)
+	if !k.add(h) {
+		// Closed while acquiring: nobody would renew it.
+		_ = k.p.ReleaseLease(context.WithoutCancel(ctx), key, owner)
+		h.cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	return h, nil
+}
+
+func (k *Keeper) interval(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case k.every < 0:
+		return 0, fmt.Errorf("%w: RenewEvery %v is negative", ErrInvalid, k.every)
+	case k.every == 0:
+		return ttl / 3, nil
+	case k.every >= ttl:
+		return 0, fmt.Errorf("%w: ttl %v is not longer than RenewEvery %v", ErrInvalid, ttl, k.every)
+	}
+	return k.every, nil
+}
+
+// Close stops renewing: every Held of the Keeper ends (Done closes, Err and
+// the cause of Context are ErrClosed), and later Keep calls return
+// ErrClosed. It does not release the leases: they stay with their owners
+// until they expire on the backend, unless each Held's Release is called. It
+// waits for the Keeper's goroutine to exit, is idempotent, safe to call
+// concurrently, and returns nil.
+func (k *Keeper) Close() error {
+	k.mu.Lock()
+	if !k.closed {
+		k.closed = true
+		for h := range k.helds {
+			k.endLocked(h, ErrClosed, false)
+		}
+		k.stop()
+	}
+	done := k.loopDone
+	k.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
+}
+
+// add registers h and makes sure the loop will renew it in time. It reports
+// false when the Keeper is closed.
+func (k *Keeper) add(h *Held) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	k.helds[h] = struct{}{}
+	if !k.running {
+		k.running = true
+		prev := k.loopDone
+		k.loopDone = make(chan struct{})
+		go k.loop(prev, k.loopDone)
+	} else if !k.nextWake.IsZero() && h.next.Before(k.nextWake) {
+		k.signal()
+	}
+	return true
+}
+
+func (k *Keeper) signal() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// endLocked ends h with cause unless it has ended already. noRelease marks a
+// Held whose owner is known not to hold the lease any more, so that Release
+// makes no round trip. k.mu is held.
+func (k *Keeper) endLocked(h *Held, cause error, noRelease bool) {
+	if h.state == heldEnded {
+		return
+	}
+	h.state = heldEnded
+	h.noRelease = noRelease
+	delete(k.helds, h)
+	h.cancel(cause)
+	if len(k.helds) == 0 {
+		k.signal() // let the loop exit now rather than at its next timer
+	}
+}
+
+// loop is the Keeper's goroutine: it sleeps until the earliest Held is due,
+// renews the batch that is due, and exits when the Keeper holds nothing or is
+// closed.
+func (k *Keeper) loop(prev, done chan struct{}) {
+	defer close(done)
+	if prev != nil {
+		<-prev // the previous loop is returning; never two at once
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		due, deadline, wait, ok := k.plan()
+		if !ok {
+			return
+		}
+		if len(due) > 0 {
+			k.renew(due, deadline)
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-k.wake:
+		case <-k.stopCtx.Done():
+		}
+		timer.Stop()
+	}
+}
+
+// plan ends the Helds whose renewal deadline has passed and returns either
+// the Helds to renew now (with the deadline of that round) or how long to
+// wait. It reports false, marking the loop stopped, when there is nothing
+// left to keep.
+func (k *Keeper) plan() (due []*Held, deadline time.Time, wait time.Duration, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := time.Now()
+	var nextDue time.Time
+	for h := range k.helds {
+		if !now.Before(h.loseAt) {
+			k.endLocked(h, h.lossErr(), false)
+			continue
+		}
+		if deadline.IsZero() || h.loseAt.Before(deadline) {
+			deadline = h.loseAt
+		}
+		if h.state == heldActive && (nextDue.IsZero() || h.next.Before(nextDue)) {
+			nextDue = h.next
+		}
+	}
+	if k.closed || len(k.helds) == 0 {
+		k.running = false
+		k.nextWake = time.Time{}
+		if k.shared {
+			sharedKeepers.CompareAndDelete(k.p, k)
+		}
+		return nil, time.Time{}, 0, false
+	}
+	if nextDue.IsZero() || nextDue.After(now) {
+		wake := deadline
+		if !nextDue.IsZero() && nextDue.Before(wake) {
+			wake = nextDue
+		}
+		k.nextWake = wake
+		return nil, time.Time{}, wake.Sub(now), true
+	}
+	for h := range k.helds {
+		// Align: renew now what would be due within half an interval.
+		if h.state == heldActive && !h.next.After(now.Add(h.interval/2)) {
+			due = append(due, h)
+		}
+	}
+	k.nextWake = time.Time{}
+	return due, deadline, 0, true
+}
+
+// renew renews due in one round, bounded by deadline (the earliest moment a
+// Held of the Keeper must be declared lost) and by Close.
+func (k *Keeper) renew(due []*Held, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(k.stopCtx, deadline)
+	defer cancel()
+	if k.batch != nil {
+		for chunk := range slices.Chunk(due, maxRenewBatch) {
+			reqs := make([]Renewal, len(chunk))
+			for i, h := range chunk {
+				reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
+			}
+			sent := time.Now()
+			oks, err := k.batch.RenewLeases(ctx, reqs)
+			if err == nil && len(oks) != len(reqs) {
+				err = fmt.Errorf("lease: RenewLeases returned %d results for %d requests", len(oks), len(reqs))
+			}
+			k.mu.Lock()
+			for i, h := range chunk {
+				var ok bool
+				if err == nil {
+					ok = oks[i]
+				}
+				k.applyLocked(h, sent, ok, err)
+			}
+			k.mu.Unlock()
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxRenewInFlight)
+	for _, h := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sent := time.Now()
+			ok, err := k.p.RenewLease(ctx, h.key, h.owner, h.ttl)
+			k.mu.Lock()
+			k.applyLocked(h, sent, ok, err)
+			k.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// applyLocked records the outcome of renewing h, sent at sent. k.mu is held.
+func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
+	if h.state != heldActive {
+		return // released, transferring or ended meanwhile
+	}
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid):
+		k.endLocked(h, fmt.Errorf("%w: lease %q of %s: renew: %w", ErrNotHeld, h.key, h.owner, err), false)
+	case err != nil:
+		h.lastErr = err
+		h.next = time.Now().Add(h.retry)
+	case !ok:
+		k.endLocked(h, fmt.Errorf("%w: lease %q of %s: renewal refused (expired or taken)", ErrNotHeld, h.key, h.owner), true)
+	default:
+		h.lastErr = nil
+		h.next = sent.Add(h.interval)
+		h.loseAt = sent.Add(h.ttl - h.margin)
+	}
+}
+
+type heldState int
+
+const (
+	heldActive       heldState = iota
+	heldTransferring           // Transfer in flight: not renewed, still timed
+	heldEnded
+)
+
+// Held is a lease kept by a Keeper. Its accessors are safe for concurrent
+// use. It ends exactly once, for one of these causes, which Err returns and
+// which is the context.Cause of Context:
+//
+//   - ErrReleased after Release;
+//   - ErrTransferred after a successful Transfer;
+//   - ErrClosed after the Keeper's Close;
+//   - an error matching ErrNotHeld when the lease was lost: a renewal was
+//     refused, or renewals kept failing (then it also wraps the last renew
+//     error) until the lease could expire on the backend.
+type Held struct {
+	k                         *Keeper
+	key, owner                string
+	token                     uint64
+	ttl, interval             time.Duration
+	margin, retry             time.Duration
+	ctx                       context.Context
+	cancel                    context.CancelCauseFunc
+	state                     heldState // guarded by k.mu, like the fields below
+	next, loseAt              time.Time
+	lastErr                   error
+	noRelease, releaseStarted bool
+}
+
+func (k *Keeper) newHeld(ctx context.Context, key, owner string, token uint64, ttl, interval time.Duration, sent time.Time) *Held {
+	// Lost at the latest a margin before the backend could expire the lease;
+	// the margin leaves room for the last renewal and never reaches back
+	// before the next renewal is due.
+	margin := min(ttl/10, (ttl-interval)/2)
+	h := &Held{
+		k: k, key: key, owner: owner, token: token,
+		ttl: ttl, interval: interval, margin: margin,
+		retry:  max(min(ttl/10, interval), time.Millisecond/10),
+		next:   sent.Add(interval),
+		loseAt: sent.Add(ttl - margin),
+	}
+	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	return h
+}
+
+func (h *Held) lossErr() error {
+	if h.lastErr != nil {
+		return fmt.Errorf("%w: lease %q of %s: gave up before expiry, renewals failing: %w", ErrNotHeld, h.key, h.owner, h.lastErr)
+	}
+	return fmt.Errorf("%w: lease %q of %s: gave up before expiry, no renewal completed in time", ErrNotHeld, h.key, h.owner)
+}
+
+// Key returns the lease key.
+func (h *Held) Key() string { return h.key }
+
+// Owner returns the owner the lease is held for.
+func (h *Held) Owner() string { return h.owner }
+
+// Token returns the fencing token of this tenure. Pass it to the resource
+// the lease protects.
+func (h *Held) Token() uint64 { return h.token }
+
+// TTL returns the ttl the lease is renewed with.
+func (h *Held) TTL() time.Duration { return h.ttl }
+
+// Done returns a channel that is closed when the Held ends: released,
+// transferred, lost, or its Keeper closed. When it closes because of a
+// failing or refused renewal, it does so before the lease could expire on the
+// backend, so work guarded by it stops before another owner can take over.
+func (h *Held) Done() <-chan struct{} { return h.ctx.Done() }
+
+// Context returns a context that is cancelled when the Held ends, with the
+// reason as its context.Cause. It carries the values of Keep's ctx, not its
+// cancellation. Run the work the lease guards under it.
+func (h *Held) Context() context.Context { return h.ctx }
+
+// Err returns nil while the lease is held and, once Done is closed, why it
+// ended (see [Held]).
+func (h *Held) Err() error {
+	if h.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(h.ctx)
+}
+
+// Release stops renewing, ends the Held (Err is then ErrReleased, unless it
+// had ended before) and deletes the lease with ReleaseLease. It makes no
+// round trip when the lease is known to be gone: after a refused renewal or
+// a Transfer. After a loss by failing renewals or the Keeper's Close it still
+// releases the lease, which is deleted only if the owner holds it: a new
+// holder is never clobbered, but another Held of the same owner would be.
+// Release is idempotent: once a ReleaseLease succeeded, later calls return
+// nil; after a failed one (the error is returned), a later call tries again.
+func (h *Held) Release(ctx context.Context) error {
+	k := h.k
+	k.mu.Lock()
+	if h.releaseStarted || h.noRelease {
+		k.mu.Unlock()
+		return nil
+	}
+	h.releaseStarted = true
+	k.endLocked(h, ErrReleased, false)
+	k.mu.Unlock()
+	if err := k.p.ReleaseLease(ctx, h.key, h.owner); err != nil {
+		k.mu.Lock()
+		h.releaseStarted = false
+		k.mu.Unlock()
+		return fmt.Errorf("lease: release %q for %s: %w", h.key, h.owner, err)
+	}
+	return nil
+}
+
+// Transfer hands the lease to owner to with TransferLease (one atomic step,
+// never free in between, a new token and a full TTL) and returns a new Held
+// for to, kept by the same Keeper. Its token is read with one more
+// AcquireLease by to, which re-acquires the same tenure. On success this
+// Held ends with ErrTransferred.
+//
+// It returns an error wrapping ErrNotHeld, and this Held ends, when the
+// transfer was refused because the lease was lost; an error wrapping
+// ErrNotHeld and the cause when this Held had already ended; ErrInvalid for
+// bad input (to empty or equal to Owner). On a transport error of the
+// transfer this Held goes on being kept (renewal tells whether the transfer
+// happened); when the transfer succeeded but reading the new token failed,
+// the error is returned and the lease stays with to until it expires.
+func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
+	if err := CheckTransfer(h.key, h.owner, to, h.ttl); err != nil {
+		return nil, err
+	}
+	k := h.k
+	k.mu.Lock()
+	if h.state != heldActive {
+		k.mu.Unlock()
+		if err := h.Err(); err != nil {
+			return nil, fmt.Errorf("%w: lease %q of %s: %w", ErrNotHeld, h.key, h.owner, err)
+		}
+		return nil, fmt.Errorf("%w: lease %q of %s: a transfer is in flight", ErrNotHeld, h.key, h.owner)
+	}
+	h.state = heldTransferring
+	k.mu.Unlock()
+
+	ok, err := k.p.TransferLease(ctx, h.key, h.owner, to, h.ttl)
+	k.mu.Lock()
+	switch {
+	case err != nil:
+		if h.state == heldTransferring {
+			h.state = heldActive
+			h.next = time.Now() // renew at once: it tells whether the transfer happened
+			k.signal()
+		}
+		k.mu.Unlock()
+		return nil, fmt.Errorf("lease: transfer %q from %s to %s: %w", h.key, h.owner, to, err)
+	case !ok:
+		err = fmt.Errorf("%w: lease %q: transfer from %s to %s refused, %s no longer holds it", ErrNotHeld, h.key, h.owner, to, h.owner)
+		k.endLocked(h, err, true)
+		k.mu.Unlock()
+		return nil, err
+	}
+	k.endLocked(h, ErrTransferred, true)
+	k.mu.Unlock()
+
+	sent := time.Now()
+	r, err := k.p.AcquireLease(ctx, h.key, to, h.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %q transferred to %s, but reading its token failed (it stays with %s until it expires): %w", h.key, to, to, err)
+	}
+	if !r.Acquired {
+		return nil, fmt.Errorf("%w: lease %q lost right after its transfer to %s: %w", ErrNotHeld, h.key, to, NewHeldError(h.key, r))
+	}
+	nh := k.newHeld(ctx, h.key, to, r.Token, h.ttl, h.interval, sent)
+	if !k.add(nh) {
+		_ = k.p.ReleaseLease(context.WithoutCancel(ctx), h.key, to)
+		nh.cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	return nh, nil
+}

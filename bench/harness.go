@@ -20,6 +20,7 @@ type config struct {
 	LatencyDur  time.Duration // length of one latency sample
 	RenewLeases int           // leases held in the renewal scenario
 	RenewReps   int           // timed full renewals per sample (the sample is their mean)
+	KeeperEvery time.Duration // RenewEvery of the lease.Keeper renewal row
 	SignalSends int           // forwarded signals per signals sample
 	PayloadSize int           // bytes of every event payload
 	PoolSize    int           // go-redis pool size of every contender
@@ -37,6 +38,7 @@ var fullConfig = config{
 	LatencyDur:  3 * time.Second,
 	RenewLeases: 10_000,
 	RenewReps:   3,
+	KeeperEvery: 2 * time.Second,
 	SignalSends: 300,
 	PayloadSize: 256,
 	PoolSize:    64,
@@ -54,6 +56,7 @@ var quickConfig = config{
 	LatencyDur:  time.Second,
 	RenewLeases: 2_000,
 	RenewReps:   1,
+	KeeperEvery: 500 * time.Millisecond,
 	SignalSends: 50,
 	PayloadSize: 256,
 	PoolSize:    64,

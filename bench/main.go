@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -335,12 +336,23 @@ func (r *runner) runAll(ctx context.Context) {
 	}
 	{
 		s := scenario{Name: fmt.Sprintf("renew %s held leases", groupDigits(int64(cfg.RenewLeases))), Unit: duration,
-			Note: fmt.Sprintf("time for one renewal of all %s leases (mean of %d after one warm-up renewal): leasebus RenewLeases (the batch Keep uses); redislock Refresh and redsync Extend one call at a time; raw: one go-redis pipeline of compare-and-PEXPIRE EVALSHA.", groupDigits(int64(cfg.RenewLeases)), cfg.RenewReps)}
+			Note: fmt.Sprintf("time for one renewal of all %s leases (mean of %d after one warm-up renewal): leasebus RenewLeases with all leases in one call; leasebus Keeper: a lease.Keeper (RenewEvery %v) renewing them in its batches of 1000, timed from its first to its last RenewLeases call; redislock Refresh and redsync Extend one call at a time; raw: one go-redis pipeline of compare-and-PEXPIRE EVALSHA.", groupDigits(int64(cfg.RenewLeases)), cfg.RenewReps, cfg.KeeperEvery)}
 		if r.wants(s.Name) {
-			r.rounds(ctx, s.Name, []scenario{s}, lockNames, lockRun(func(ctx context.Context, b lockBackend) ([]sample, error) {
+			names := lockNames
+			if hasKeeper {
+				names = append(slices.Clone(names), nameLeasebusKeeper)
+			}
+			renew := lockRun(func(ctx context.Context, b lockBackend) ([]sample, error) {
 				v, err := benchRenew(ctx, cfg, b)
 				return []sample{{s, float64(v)}}, err
-			}))
+			})
+			r.rounds(ctx, s.Name, []scenario{s}, names, func(ctx context.Context, c *redis.Client, name string) ([]sample, error) {
+				if name == nameLeasebusKeeper {
+					v, err := benchKeeperRenew(ctx, cfg, c)
+					return []sample{{s, float64(v)}}, err
+				}
+				return renew(ctx, c, name)
+			})
 		}
 	}
 	r.signals(ctx)

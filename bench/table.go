@@ -28,7 +28,9 @@ const (
 
 // isPeer reports whether name is a third-party library (not leasebus, not
 // the hand-written baseline).
-func isPeer(name string) bool { return name != nameLeasebus && name != nameRaw }
+func isPeer(name string) bool {
+	return name == nameWatermill || name == nameRedislock || name == nameRedsync
+}
 
 // scenario is one row group of the table.
 type scenario struct {

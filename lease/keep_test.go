@@ -117,6 +117,13 @@ func bubbleBackend(t *testing.T) *inmem.Backend {
 	return b
 }
 
+// newBackend returns an inmem backend closed when the test ends.
+func newBackend(t *testing.T) *inmem.Backend {
+	b := inmem.New()
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func owner(t *testing.T, p lease.Provider, key string) string {
 	t.Helper()
 	o, err := p.GetLeaseOwner(context.Background(), key)
@@ -337,7 +344,7 @@ func TestKeepErrors(t *testing.T) {
 	}
 }
 
-func TestHeldTransfer(t *testing.T) {
+func TestKeepHeldTransfer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		b := bubbleBackend(t)
@@ -430,7 +437,7 @@ func TestKeeperClose(t *testing.T) {
 
 // TestSharedKeeperExits runs on real time: the shared Keeper's goroutine must
 // be gone as soon as its last Held is released, not at its next timer.
-func TestSharedKeeperExits(t *testing.T) {
+func TestKeepSharedKeeperExits(t *testing.T) {
 	ctx := t.Context()
 	b := inmem.New()
 	defer b.Close()

@@ -24,7 +24,7 @@ func (fourOfFive) RenewLease(context.Context, string, string, time.Duration) (bo
 	return false, nil
 }
 
-func TestProviderOf(t *testing.T) {
+func TestLeaseProviderOf(t *testing.T) {
 	b := inmem.New()
 	defer b.Close()
 	if p, ok := lease.ProviderOf(b); !ok || p != lease.Provider(b) {
@@ -37,7 +37,7 @@ func TestProviderOf(t *testing.T) {
 	}
 }
 
-func TestNoop(t *testing.T) {
+func TestLeaseNoop(t *testing.T) {
 	ctx := t.Context()
 	p := lease.Noop
 	r, err := p.AcquireLease(ctx, "k", "a", time.Second)
@@ -71,7 +71,7 @@ func TestNoop(t *testing.T) {
 	}
 }
 
-func TestHeldError(t *testing.T) {
+func TestLeaseHeldError(t *testing.T) {
 	err := error(&lease.HeldError{Key: "output.json", Owner: "worker-2", Token: 7, TTL: 28 * time.Second})
 	if got, want := err.Error(), `lease "output.json" held by worker-2, expires in 28s`; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)

@@ -49,8 +49,8 @@ var fullConfig = config{
 var quickConfig = config{
 	Rounds:      2,
 	Warmup:      100 * time.Millisecond,
-	Window:      400 * time.Millisecond,
-	E2EEvents:   3_000,
+	Window:      300 * time.Millisecond,
+	E2EEvents:   2_000,
 	E2EWarmup:   200,
 	LatencyRate: 1000,
 	LatencyDur:  time.Second,

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -38,7 +39,21 @@ func run() int {
 	redisURL := flag.String("redis", "", "Redis URL to use instead of a private redis-server (it is FLUSHALLed between runs)")
 	out := flag.String("out", "", "also write the table to this file")
 	only := flag.String("only", "", "run only scenarios whose name contains this (for development)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (for development)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	cfg := fullConfig
 	if *quick {

@@ -33,7 +33,9 @@ type Config struct {
 	Advance func(t *testing.T, p lease.Provider, d time.Duration)
 	// TTL is the base TTL of the suite. Default: DefaultTTL. Expiry is
 	// reached by advancing 1.5 TTL, so on real time it sets how long the
-	// suite runs. Subtests that must not see expiry use 60 TTL.
+	// suite runs. Checks that a lease is still live leave at least one TTL
+	// of slack, so that a late wake-up on a loaded machine does not fail
+	// them; subtests that must not see expiry at all use 60 TTL.
 	TTL time.Duration
 }
 
@@ -200,7 +202,7 @@ func testAcquireFreeWins(e *env) {
 
 func testAcquireHeldLosesNamesHolder(e *env) {
 	k := e.key("k")
-	ra := e.mustAcquire(k, "a", e.ttl)
+	ra := e.mustAcquire(k, "a", e.long)
 	r := e.acquire(k, "b", e.ttl)
 	if r.Acquired {
 		e.t.Fatalf("second owner acquired a held key: %+v", r)
@@ -208,7 +210,7 @@ func testAcquireHeldLosesNamesHolder(e *env) {
 	if r.Owner != "a" || r.Token != ra.Token {
 		e.t.Fatalf("loser's Result = %+v, want Owner a, Token %d", r, ra.Token)
 	}
-	e.wantTTL("loser's", r.TTL, 0, e.ttl)
+	e.wantTTL("loser's", r.TTL, 0, e.long)
 	if msg := lease.NewHeldError(k, r).Error(); !strings.Contains(msg, "held by a") {
 		e.t.Fatalf("HeldError = %q, want it to name the holder", msg)
 	}
@@ -217,23 +219,25 @@ func testAcquireHeldLosesNamesHolder(e *env) {
 
 func testReacquireByHolderRefreshesSameToken(e *env) {
 	k := e.key("k")
-	r1 := e.mustAcquire(k, "a", e.ttl)
-	e.advance(e.ttl / 2)
-	r2 := e.mustAcquire(k, "a", e.ttl)
+	r1 := e.mustAcquire(k, "a", 2*e.ttl)
+	e.advance(e.ttl)
+	r2 := e.mustAcquire(k, "a", 4*e.ttl)
 	if r2.Token != r1.Token {
 		e.t.Fatalf("re-acquire token = %d, want the same tenure's %d", r2.Token, r1.Token)
 	}
-	e.wantTTL("re-acquire's", r2.TTL, e.ttl*3/4, e.ttl)
-	e.wantTTL("observed", e.observe(k).TTL, e.ttl/2, e.ttl)
-	e.advance(e.ttl * 3 / 4) // 1.25 TTL after the first acquire
-	e.wantOwner(k, "a")
+	e.wantTTL("re-acquire's", r2.TTL, 3*e.ttl, 4*e.ttl)
+	e.wantTTL("observed", e.observe(k).TTL, 3*e.ttl, 4*e.ttl)
+	e.advance(2 * e.ttl) // past the first expiry, within the refreshed one
+	if obs := e.observe(k); obs.Owner != "a" || obs.Token != r1.Token {
+		e.t.Fatalf("after the first TTL holder = %+v, want a with token %d", obs, r1.Token)
+	}
 }
 
 func testAcquireExpiredWins(e *env) {
 	k := e.key("k")
 	ra := e.mustAcquire(k, "a", e.ttl)
 	e.expire()
-	rb := e.mustAcquire(k, "b", e.ttl)
+	rb := e.mustAcquire(k, "b", e.long)
 	if rb.Token <= ra.Token {
 		e.t.Fatalf("token after expiry = %d, want > %d", rb.Token, ra.Token)
 	}
@@ -254,8 +258,8 @@ func testTokensIncrease(e *env) {
 	e.release(k, "a")
 	step("release", e.mustAcquire(k, "b", e.ttl).Token)
 	e.expire()
-	step("expiry", e.mustAcquire(k, "c", e.ttl).Token)
-	if !e.transfer(k, "c", "d", e.ttl) {
+	step("expiry", e.mustAcquire(k, "c", e.long).Token)
+	if !e.transfer(k, "c", "d", e.long) {
 		e.t.Fatal("transfer c→d = false, want true")
 	}
 	obs := e.observe(k)
@@ -263,7 +267,7 @@ func testTokensIncrease(e *env) {
 		e.t.Fatalf("holder after transfer = %q, want d", obs.Owner)
 	}
 	step("transfer", obs.Token)
-	if r := e.mustAcquire(k, "d", e.ttl); r.Token != obs.Token {
+	if r := e.mustAcquire(k, "d", e.long); r.Token != obs.Token {
 		e.t.Fatalf("re-acquire by d token = %d, want %d", r.Token, obs.Token)
 	}
 	e.release(k, "d")
@@ -272,18 +276,13 @@ func testTokensIncrease(e *env) {
 
 func testRenewExtendsLiveLease(e *env) {
 	k := e.key("k")
-	ra := e.mustAcquire(k, "a", e.ttl)
-	e.advance(e.ttl / 2)
-	if !e.renew(k, "a", e.ttl) {
+	ra := e.mustAcquire(k, "a", 2*e.ttl)
+	e.advance(e.ttl)
+	if !e.renew(k, "a", 4*e.ttl) {
 		e.t.Fatal("renew of a live lease by its holder = false, want true")
 	}
-	e.wantTTL("renewed", e.observe(k).TTL, e.ttl*3/4, e.ttl)
-	e.advance(e.ttl * 3 / 4) // 1.25 TTL after the acquire
-	e.wantOwner(k, "a")
-	if !e.renew(k, "a", 2*e.ttl) {
-		e.t.Fatal("renew with a longer ttl = false, want true")
-	}
-	e.advance(e.ttl * 3 / 2)
+	e.wantTTL("renewed", e.observe(k).TTL, 3*e.ttl, 4*e.ttl)
+	e.advance(2 * e.ttl) // past the first expiry, within the renewed one
 	obs := e.observe(k)
 	if obs.Owner != "a" || obs.Token != ra.Token {
 		e.t.Fatalf("after renewals holder = %+v, want a with token %d", obs, ra.Token)
@@ -435,17 +434,17 @@ func testTransferFailsWhenNotHeld(e *env) {
 
 func testTransferGivesNewTokenFullTTL(e *env) {
 	k := e.key("k")
-	ra := e.mustAcquire(k, "a", e.ttl)
-	e.advance(e.ttl / 2)
-	if !e.transfer(k, "a", "b", e.ttl) {
+	ra := e.mustAcquire(k, "a", 2*e.ttl)
+	e.advance(e.ttl)
+	if !e.transfer(k, "a", "b", 4*e.ttl) {
 		e.t.Fatal("transfer a→b = false, want true")
 	}
 	obs := e.observe(k)
 	if obs.Owner != "b" || obs.Token <= ra.Token {
 		e.t.Fatalf("after transfer holder = %+v, want b with a token > %d", obs, ra.Token)
 	}
-	e.wantTTL("transferred", obs.TTL, e.ttl*3/4, e.ttl)
-	e.advance(e.ttl * 3 / 4) // past a's own expiry
+	e.wantTTL("transferred", obs.TTL, 3*e.ttl, 4*e.ttl)
+	e.advance(2 * e.ttl) // past a's own expiry, within b's full TTL
 	e.wantOwner(k, "b")
 	if e.renew(k, "a", e.ttl) {
 		e.t.Fatal("renew by the old owner after transfer = true, want false")
@@ -701,18 +700,18 @@ func testBatchRenewer(e *env) {
 	held, other, expired, free := e.key("held"), e.key("other"), e.key("expired"), e.key("free")
 	e.mustAcquire(expired, "a", e.ttl)
 	e.expire()
-	ra := e.mustAcquire(held, "a", e.ttl)
-	e.mustAcquire(other, "b", e.ttl)
-	e.advance(e.ttl / 2)
+	ra := e.mustAcquire(held, "a", 2*e.ttl)
+	e.mustAcquire(other, "b", 2*e.ttl)
+	e.advance(e.ttl)
 
 	if got, err := br.RenewLeases(e.ctx, nil); err != nil || len(got) != 0 {
 		e.t.Fatalf("RenewLeases(nil) = %v, %v; want no results and nil", got, err)
 	}
 	reqs := []lease.Renewal{
-		{Key: held, Owner: "a", TTL: e.ttl},
-		{Key: other, Owner: "a", TTL: e.ttl},
-		{Key: expired, Owner: "a", TTL: e.ttl},
-		{Key: free, Owner: "a", TTL: e.ttl},
+		{Key: held, Owner: "a", TTL: 4 * e.ttl},
+		{Key: other, Owner: "a", TTL: 4 * e.ttl},
+		{Key: expired, Owner: "a", TTL: 4 * e.ttl},
+		{Key: free, Owner: "a", TTL: 4 * e.ttl},
 	}
 	got, err := br.RenewLeases(e.ctx, reqs)
 	if err != nil {
@@ -723,7 +722,7 @@ func testBatchRenewer(e *env) {
 	}
 	e.wantOwner(expired, "")
 	e.wantOwner(free, "")
-	e.advance(e.ttl * 3 / 4) // 1.25 TTL after the acquires
+	e.advance(2 * e.ttl) // past the acquires' expiry, within the renewal
 	if obs := e.observe(held); obs.Owner != "a" || obs.Token != ra.Token {
 		e.t.Fatalf("renewed lease = %+v, want still a's with token %d", obs, ra.Token)
 	}

@@ -1,0 +1,537 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/redisstreams"
+)
+
+// demoConfig holds the demo's flags.
+type demoConfig struct {
+	workers, threads, signals int
+	duration, ttl             time.Duration
+	seed                      uint64
+	kill                      bool
+	fault                     string
+	work, recovery            time.Duration
+	perRun                    int
+	width                     int
+}
+
+func runDemo(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "demo", "demo [flags]",
+		`Start --workers worker processes (this binary, re-executed) that share one
+Redis, send --signals signals to each of --threads threads from all of them,
+SIGKILL the owner of a thread in the middle of a run, and show what happened:
+a per-thread timeline (which process owned each thread when, hand-offs, the
+takeover after the kill) and a verdict computed from the events the workers
+recorded in Redis: one owner at a time (fencing tokens strictly increasing
+per thread, no overlapping runs), every signal run, gap-free hand-offs.
+Exits 1 when a guarantee broke.
+
+Without --redis (or LEASEBUS_REDIS_URL) it runs on an embedded
+Redis-protocol server (miniredis) on a loopback port.`)
+	var c demoConfig
+	redisFlag := fs.redisFlag()
+	fs.IntVar(&c.workers, "workers", 3, "number of worker `processes`")
+	fs.IntVar(&c.threads, "threads", 4, "number of `threads`")
+	fs.IntVar(&c.signals, "signals", 5, "signals sent to each thread (`n`)")
+	fs.DurationVar(&c.duration, "duration", 50*time.Second, "upper bound on the run (`d`); signals not run by then fail the verdict")
+	fs.Uint64Var(&c.seed, "seed", 0, "random `seed` of the send order (default: from the clock, printed)")
+	fs.DurationVar(&c.ttl, "lease-ttl", 2*time.Second, "lease `TTL` of the threads (short, so the takeover after the kill is quick)")
+	fs.BoolVar(&c.kill, "kill", true, "SIGKILL the owner of a thread in the middle of a run")
+	fs.StringVar(&c.fault, "break", "", "inject a fault the verdict must catch: double-run (a worker runs a thread without its lease)")
+	fs.DurationVar(&c.work, "work", 150*time.Millisecond, "work per signal")
+	fs.DurationVar(&c.recovery, "recovery", 500*time.Millisecond, "recovery interval of the runtimes")
+	fs.IntVar(&c.perRun, "per-run", 2, "signals one run takes at most before handing off")
+	fs.IntVar(&c.width, "width", 0, "timeline width in columns (default: fit the terminal, 60 otherwise)")
+	fs.hide("break", "work", "recovery", "per-run", "width")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 0:
+		return usageErrorf("unexpected argument %q (see leasebus demo --help)", pos[0])
+	case c.workers < 1 || c.workers > 26:
+		return usageErrorf("--workers %d is not between 1 and 26", c.workers)
+	case c.threads < 1 || c.threads > 50:
+		return usageErrorf("--threads %d is not between 1 and 50", c.threads)
+	case c.signals < 1 || c.signals > 1000:
+		return usageErrorf("--signals %d is not between 1 and 1000", c.signals)
+	case c.duration <= 0:
+		return usageErrorf("--duration %v is not positive", c.duration)
+	case c.ttl < 100*time.Millisecond:
+		return usageErrorf("--lease-ttl %v is below 100ms", c.ttl)
+	case c.fault != "" && c.fault != "double-run":
+		return usageErrorf("--break %q: the only fault is double-run", c.fault)
+	case c.work <= 0 || c.recovery <= 0 || c.perRun < 1:
+		return usageErrorf("--work, --recovery and --per-run must be positive")
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano()%1_000_000) + 1
+	}
+	url := fs.redisURL(redisFlag)
+	where := ""
+	if url == "" {
+		srv, err := startEmbedded()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		url = srv.URL()
+		where = "embedded Redis-protocol server (miniredis) at " + strings.TrimPrefix(url, "redis://")
+	} else {
+		where = "Redis at " + redact(url)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	var idb [4]byte
+	_, _ = rand.Read(idb[:])
+	keyspace := "leasebus-demo-" + hex.EncodeToString(idb[:])
+	b, err := connect(ctx, url, redisstreams.Options{Prefix: keyspace}, e.stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	d := &demo{
+		c: c, e: e, exe: exe, url: url, keyspace: keyspace, stream: keyspace + ":demo:events",
+		client: b.Client(), tty: isTerminal(e.stdout),
+	}
+	if !strings.HasPrefix(where, "embedded") {
+		defer d.cleanup()
+	}
+	fmt.Fprintf(e.stdout, "leasebus demo: %d workers, %d threads, %d signals per thread, lease TTL %v, seed %d\n",
+		c.workers, c.threads, c.signals, c.ttl, c.seed)
+	fmt.Fprintf(e.stdout, "on the %s\n\n", where)
+	return d.run(ctx)
+}
+
+// demo is one run of the demo command.
+type demo struct {
+	c                demoConfig
+	e                *env
+	exe, url         string
+	keyspace, stream string
+	client           redis.UniversalClient
+	tty              bool
+	workers          []*workerProc
+	start            time.Time
+	progressShown    bool
+	threads          []string
+	killedWorker     string
+}
+
+// workerProc is one worker process.
+type workerProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	log    *syncBuffer
+	done   chan struct{} // closed when Wait returned
+	err    error
+	killed bool
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lastLine() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(s.b.String()), "\n")
+	return lines[len(lines)-1]
+}
+
+// workerName returns the name of worker i (from 0): w1, w2, ...
+func workerName(i int) string { return fmt.Sprintf("w%d", i+1) }
+
+func (d *demo) run(ctx context.Context) error {
+	c := d.c
+	for i := 1; i <= c.threads; i++ {
+		d.threads = append(d.threads, threadName(i))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	defer d.stopAll()
+	for i := range c.workers {
+		wc := workerConfig{
+			url: d.url, keyspace: d.keyspace, stream: d.stream, name: workerName(i), index: i,
+			workers: c.workers, threads: c.threads, signals: c.signals, perRun: c.perRun, seed: c.seed,
+			ttl: c.ttl, recovery: c.recovery, work: c.work, fault: c.fault,
+		}
+		if err := d.spawn(wc); err != nil {
+			return err
+		}
+	}
+	d.start = time.Now()
+	st := newLiveState(c)
+	lastID := "0-0"
+	seq := 0
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ctx.Err() != nil {
+			break
+		}
+		res, err := d.client.XRead(ctx, &redis.XReadArgs{Streams: []string{d.stream, lastID}, Block: 100 * time.Millisecond, Count: 500}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+			return fmt.Errorf("read demo records: %w", err)
+		}
+		for _, s := range res {
+			for _, m := range s.Messages {
+				lastID = m.ID
+				r := parseRecord(seq, m)
+				seq++
+				if line := st.apply(r); line != "" {
+					d.say(line)
+				}
+			}
+		}
+		if st.ready == c.workers && !st.started {
+			st.started = true
+			for _, w := range d.workers {
+				fmt.Fprintln(w.stdin, "go")
+			}
+			d.say(fmt.Sprintf("%d workers up (pids %s); sending signals", c.workers, d.pids()))
+		}
+		for _, w := range d.workers {
+			select {
+			case <-w.done:
+				if !w.killed && !st.exited[w.name] {
+					st.exited[w.name] = true
+					return fmt.Errorf("worker %s exited early (%v): %s", w.name, w.err, w.log.lastLine())
+				}
+			default:
+			}
+		}
+		if v := d.maybeKill(ctx, st); v != "" {
+			d.say(v)
+		}
+		if st.finished(c, d.killedWorker) {
+			d.say(fmt.Sprintf("all %d accepted signals ran; stopping the workers", len(st.accepted)))
+			break
+		}
+		d.progress(st)
+	}
+	if ctx.Err() != nil {
+		d.say(fmt.Sprintf("stopped after --duration %v with %d of %d accepted signals run", c.duration, len(st.ran), len(st.accepted)))
+	}
+	d.clearProgress()
+	d.stopAll()
+	for _, w := range d.workers {
+		if !w.killed && w.err != nil {
+			fmt.Fprintf(d.e.stdout, "worker %s exited with %v: %s\n", w.name, w.err, w.log.lastLine())
+		}
+	}
+
+	// The whole record, including what the killed worker wrote before it died.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	msgs, err := d.client.XRange(rctx, d.stream, "-", "+").Result()
+	if err != nil {
+		return fmt.Errorf("read demo records: %w", err)
+	}
+	recs := make([]record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = parseRecord(i, m)
+	}
+	a := analyze(recs, d.threads, c.ttl, c.recovery)
+	fmt.Fprintln(d.e.stdout)
+	drawTimeline(d.e.stdout, a, d.timelineWidth())
+	fmt.Fprintln(d.e.stdout)
+	ok := printVerdict(d.e.stdout, a.verdict(), len(recs))
+	for _, w := range d.workers {
+		if !w.killed && w.err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		fmt.Fprintln(d.e.stdout, "\nLast log lines of the workers:")
+		for _, w := range d.workers {
+			fmt.Fprintf(d.e.stdout, "  %s: %s\n", w.name, w.log.lastLine())
+		}
+		return &exitError{code: exitFailed, err: errors.New("a guarantee broke"), silent: true}
+	}
+	return nil
+}
+
+// spawn starts one worker process.
+func (d *demo) spawn(wc workerConfig) error {
+	cmd := exec.Command(d.exe, wc.args()...)
+	cmd.Env = append(os.Environ(), redisEnv+"=")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	w := &workerProc{name: wc.name, cmd: cmd, stdin: stdin, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = w.log, w.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start worker %s: %w", wc.name, err)
+	}
+	go func() {
+		w.err = cmd.Wait()
+		close(w.done)
+	}()
+	d.workers = append(d.workers, w)
+	return nil
+}
+
+func (d *demo) pids() string {
+	var p []string
+	for _, w := range d.workers {
+		p = append(p, fmt.Sprintf("%s=%d", w.name, w.cmd.Process.Pid))
+	}
+	return strings.Join(p, " ")
+}
+
+// maybeKill SIGKILLs the owner of a run in progress once every worker sent
+// its signals, and records the kill. It returns a line to show, or "".
+func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
+	if !d.c.kill || d.killedWorker != "" || d.c.workers < 2 || !st.started || st.sentAll < d.c.workers {
+		return ""
+	}
+	// The run in progress that started most recently (at least 30ms ago).
+	var best *liveRun
+	for _, r := range st.open {
+		if time.Since(r.seen) < 30*time.Millisecond || r.rogue {
+			continue
+		}
+		if best == nil || r.seen.After(best.seen) {
+			best = r
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	var victim *workerProc
+	for _, w := range d.workers {
+		if w.name == best.worker {
+			victim = w
+		}
+	}
+	if victim == nil {
+		return ""
+	}
+	victim.killed = true
+	_ = victim.cmd.Process.Kill()
+	<-victim.done
+	d.killedWorker = victim.name
+	rec := &recorder{client: d.client, stream: d.stream, worker: victim.name}
+	_ = rec.add(ctx, recKilled, "pid", fmt.Sprint(victim.cmd.Process.Pid))
+	return fmt.Sprintf("SIGKILL %s (pid %d) in the middle of its run on %s (token %d, signals %s)",
+		victim.name, victim.cmd.Process.Pid, best.thread, best.token, strings.Join(best.signals, " "))
+}
+
+// stopAll closes the workers' stdin (their signal to shut down) and waits
+// for them, killing those that do not exit within 15s.
+func (d *demo) stopAll() {
+	for _, w := range d.workers {
+		_ = w.stdin.Close()
+	}
+	deadline := time.After(15 * time.Second)
+	for _, w := range d.workers {
+		select {
+		case <-w.done:
+		case <-deadline:
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+	}
+}
+
+// cleanup deletes the demo's keys from a Redis the user gave.
+func (d *demo) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := d.client.Scan(ctx, 0, d.keyspace+":*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		_ = d.client.Del(ctx, keys[:n]...).Err()
+		keys = keys[n:]
+	}
+}
+
+// say prints a line of the run's log, above the progress line on a
+// terminal.
+func (d *demo) say(line string) {
+	d.clearProgress()
+	fmt.Fprintf(d.e.stdout, "%6.1fs  %s\n", time.Since(d.start).Seconds(), line)
+}
+
+func (d *demo) progress(st *liveState) {
+	if !d.tty {
+		return
+	}
+	line := fmt.Sprintf("%6.1fs  [%s] sent %d/%d · ran %d · runs %d (%d active) · hand-offs %d",
+		time.Since(d.start).Seconds(), st.workerBar(d), len(st.accepted), d.c.threads*d.c.signals,
+		len(st.ran), st.runs, len(st.open), st.handoffs)
+	if d.killedWorker != "" && !st.takenOver {
+		line += " · waiting for the takeover"
+	}
+	fmt.Fprintf(d.e.stdout, "\r\x1b[K%s", line)
+	d.progressShown = true
+}
+
+func (d *demo) clearProgress() {
+	if d.progressShown {
+		fmt.Fprint(d.e.stdout, "\r\x1b[K")
+		d.progressShown = false
+	}
+}
+
+// timelineWidth returns the columns of the timeline.
+func (d *demo) timelineWidth() int {
+	if d.c.width > 0 {
+		return d.c.width
+	}
+	return 60
+}
+
+// liveRun is a run in progress, as the parent sees it.
+type liveRun struct {
+	worker, thread string
+	token          uint64
+	signals        []string
+	seen           time.Time
+	rogue          bool
+}
+
+// liveState is what the parent knows while the demo runs.
+type liveState struct {
+	ready, sentAll int
+	started        bool
+	accepted       map[string]bool
+	ran            map[string]bool
+	open           map[string]*liveRun // worker/run -> run in progress
+	runs, handoffs int
+	takenOver      bool
+	killedThreads  map[string]bool // threads of the killed worker's runs, until taken over
+	exited         map[string]bool
+	sentAllBy      map[string]bool
+}
+
+func newLiveState(c demoConfig) *liveState {
+	return &liveState{
+		accepted: map[string]bool{}, ran: map[string]bool{}, open: map[string]*liveRun{},
+		killedThreads: map[string]bool{}, exited: map[string]bool{}, sentAllBy: map[string]bool{},
+	}
+}
+
+// apply updates the state with one record and returns a line worth showing.
+func (st *liveState) apply(r record) string {
+	key := r.Worker + "/" + r.Get("run")
+	switch r.Kind {
+	case recReady:
+		st.ready++
+	case recSent:
+		st.accepted[r.Get("sig")] = true
+	case recSendFail:
+		return fmt.Sprintf("%s: send %s failed: %s", r.Worker, r.Get("sig"), r.Get("err"))
+	case recSentAll:
+		if !st.sentAllBy[r.Worker] {
+			st.sentAllBy[r.Worker] = true
+			st.sentAll++
+			return fmt.Sprintf("%s sent its share of the signals", r.Worker)
+		}
+	case recStart, recRogue:
+		st.runs++
+		st.open[key] = &liveRun{worker: r.Worker, thread: r.Get("th"), token: r.Token("tok"), signals: r.List("sigs"), seen: time.Now(), rogue: r.Kind == recRogue}
+		if st.killedThreads[r.Get("th")] && r.Kind == recStart {
+			delete(st.killedThreads, r.Get("th"))
+			st.takenOver = true
+			return fmt.Sprintf("%s took over %s (token %d)%s", r.Worker, r.Get("th"), r.Token("tok"), redeliveredNote(r))
+		}
+		if r.Kind == recRogue {
+			return fmt.Sprintf("%s runs %s WITHOUT the lease (fault injected by --break=double-run)", r.Worker, r.Get("th"))
+		}
+	case recSignal:
+		if run := st.open[key]; run != nil {
+			run.signals = append(run.signals, r.Get("sig"))
+		}
+	case recEnd:
+		if run := st.open[key]; run != nil {
+			delete(st.open, key)
+			if r.Get("err") == "" && !run.rogue {
+				for _, id := range run.signals {
+					st.ran[id] = true
+				}
+			}
+		}
+	case recKilled:
+		for k, run := range st.open {
+			if run.worker == r.Worker {
+				st.killedThreads[run.thread] = true
+				delete(st.open, k)
+			}
+		}
+	case recObserved:
+		if r.Get("ev") == "handed-off" {
+			st.handoffs++
+		}
+	}
+	return ""
+}
+
+func redeliveredNote(r record) string {
+	if redel := r.List("redel"); len(redel) > 0 {
+		return ", redelivered " + strings.Join(redel, " ")
+	}
+	return ""
+}
+
+// finished reports whether the demo can stop: every worker sent its share,
+// every accepted signal ran, no run is in progress, and a killed run's
+// thread was taken over.
+func (st *liveState) finished(c demoConfig, killed string) bool {
+	if !st.started || st.sentAll < c.workers || len(st.open) > 0 || len(st.killedThreads) > 0 {
+		return false
+	}
+	for id := range st.accepted {
+		if !st.ran[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// workerBar shows each worker as its number, or x once killed.
+func (st *liveState) workerBar(d *demo) string {
+	var b strings.Builder
+	for _, w := range d.workers {
+		if w.killed {
+			b.WriteString("x")
+		} else {
+			b.WriteString(strings.TrimPrefix(w.name, "w"))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/redisstreams"
+)
+
+// connectTimeout bounds connecting to Redis, so that a server that is down
+// gives an error quickly instead of a hang.
+const connectTimeout = 3 * time.Second
+
+// quietRedisLog drops go-redis's internal log lines (dial retries and the
+// like): the command reports errors itself, in one line.
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedisLog{}) }
+
+// connect returns a Backend on the Redis at rawURL. A malformed URL or an
+// unreachable server gives an error that exits 2.
+func connect(ctx context.Context, rawURL string, o redisstreams.Options, logw io.Writer) (*redisstreams.Backend, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	b, err := redisstreams.NewURL(ctx, rawURL, o)
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, redisstreams.ErrInvalid):
+		return nil, usageErrorf("bad --redis URL %q: %v", redact(rawURL), err)
+	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("cannot reach Redis at %s within %v", redact(rawURL), connectTimeout)}
+	default:
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // drop "redisstreams: connect <addr>:", the URL says it
+		}
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("cannot reach Redis at %s: %v", redact(rawURL), err)}
+	}
+}
+
+// redact hides the password of a Redis URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+// redisOptions returns the Backend options of the operator commands.
+func redisOptions() redisstreams.Options { return redisstreams.Options{} }
+
+// needRedis returns the usage error of a command that needs a server.
+func needRedis() error {
+	return usageErrorf("no Redis server: pass --redis URL or set %s (e.g. redis://localhost:6379)", redisEnv)
+}
+
+// embedded is an in-process Redis-protocol server (miniredis) on a loopback
+// port: the default server of the demo, so it needs nothing installed.
+type embedded struct {
+	m *miniredis.Miniredis
+}
+
+// startEmbedded starts the embedded server. Keys expire as the wall clock
+// moves, as on a real server (lease TTLs depend on it).
+func startEmbedded() (*embedded, error) {
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("start embedded Redis: %w", err)
+	}
+	return &embedded{m: m}, nil
+}
+
+// URL returns the server's redis:// URL.
+func (s *embedded) URL() string { return "redis://" + s.m.Addr() }
+
+// Close stops the server.
+func (s *embedded) Close() { s.m.Close() }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/pubsub"
+	"github.com/leasebus/leasebus/redisstreams"
+)
+
+// tailTimeFormat is the time column of tail.
+const tailTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func runTail(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "tail",
+		"tail TOPIC [--group G] [--from earliest|latest] [flags]",
+		`Print the events of TOPIC as they arrive, one line each:
+time, id, type, data (then run=, attempt= and metadata when set), until
+interrupted (Ctrl-C) or --count events were printed.
+Without --group every event is printed (fan-out, nothing is acked for
+others); with --group the command is one member of that consumer group and
+acks what it prints.`)
+	redisFlag := fs.redisFlag()
+	keyspace := fs.keyspaceFlag()
+	group := fs.String("group", "", "consume as a member of this consumer `group` (default: fan-out)")
+	from := fs.String("from", "latest", "where a new subscription starts: `earliest` or latest")
+	count := fs.Int("count", 0, "exit after this many events (default 0: until interrupted)")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("want one TOPIC argument, got %d (see leasebus tail --help)", len(pos))
+	}
+	topic := pos[0]
+	var start pubsub.Position
+	switch strings.ToLower(*from) {
+	case "latest":
+		start = pubsub.Latest
+	case "earliest":
+		start = pubsub.Earliest
+	default:
+		return usageErrorf("--from must be earliest or latest, got %q", *from)
+	}
+	if *count < 0 {
+		return usageErrorf("--count %d is negative", *count)
+	}
+	opts := []pubsub.SubscribeOption{pubsub.StartFrom(start)}
+	if *group != "" {
+		opts = append(opts, pubsub.Group(*group))
+	}
+	url := fs.redisURL(redisFlag)
+	if url == "" {
+		return needRedis()
+	}
+	b, err := connect(ctx, url, redisstreams.Options{Prefix: *keyspace}, e.stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		printed int
+	)
+	h := func(_ context.Context, ev pubsub.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if *count > 0 && printed >= *count {
+			return fmt.Errorf("tail: --count reached") // nack: leave it for another member
+		}
+		fmt.Fprintln(e.stdout, formatEvent(ev))
+		printed++
+		if *count > 0 && printed >= *count {
+			cancel()
+		}
+		return nil
+	}
+	sub, err := b.Subscribe(ctx, topic, h, opts...)
+	if err != nil {
+		return fmt.Errorf("subscribe to %q: %w", topic, err)
+	}
+	mode := "fan-out"
+	if *group != "" {
+		mode = "group " + *group
+	}
+	fmt.Fprintf(e.stderr, "tailing %s (%s, from %s); Ctrl-C to stop\n", topic, mode, start)
+	<-ctx.Done()
+	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ucancel()
+	return sub.Unsubscribe(uctx)
+}
+
+// formatEvent returns the one-line form of ev that tail prints.
+func formatEvent(ev pubsub.Event) string {
+	data := "-"
+	if len(ev.Data) > 0 {
+		data = oneLine(string(ev.Data))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s  %s  %s  %s", ev.CreatedAt.Format(tailTimeFormat), ev.ID, ev.Type, data)
+	if ev.RunID != "" {
+		fmt.Fprintf(&b, "  run=%s", ev.RunID)
+	}
+	if ev.DeliveryAttempt > 1 {
+		fmt.Fprintf(&b, "  attempt=%d", ev.DeliveryAttempt)
+	}
+	if len(ev.Metadata) > 0 {
+		b.WriteString("  ")
+		b.WriteString(metadataFlag(ev.Metadata).String())
+	}
+	return b.String()
+}

@@ -69,36 +69,35 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	if b.isClosed() {
 		return lease.Result{}, lease.ErrClosed
 	}
-	vals, err := acquireScript.Run(ctx, b.client,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl)).Slice()
+	reply, err := acquireScript.Run(ctx, b.client,
+		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl)).Result()
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
 	}
-	r, err := parseAcquire(vals, owner)
+	r, err := parseAcquire(reply, owner, ttl)
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
 	}
 	return r, nil
 }
 
-func parseAcquire(vals []any, owner string) (lease.Result, error) {
-	if len(vals) < 3 {
-		return lease.Result{}, fmt.Errorf("unexpected reply %v", vals)
-	}
-	won, ok1 := vals[0].(int64)
-	tok, ok2 := vals[1].(int64)
-	ms, ok3 := vals[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return lease.Result{}, fmt.Errorf("unexpected reply %v", vals)
-	}
-	r := lease.Result{Acquired: won == 1, Owner: owner, Token: uint64(tok), TTL: pttl(ms)}
-	if !r.Acquired {
-		r.Owner = ""
-		if len(vals) > 3 {
-			r.Owner, _ = vals[3].(string)
+// parseAcquire reads the reply of acquire.lua: the token when owner holds
+// the lease for ttl, else {holder, token, pttl}.
+func parseAcquire(reply any, owner string, ttl time.Duration) (lease.Result, error) {
+	switch v := reply.(type) {
+	case int64:
+		return lease.Result{Acquired: true, Owner: owner, Token: uint64(v), TTL: ttl.Truncate(time.Millisecond)}, nil
+	case []any:
+		if len(v) == 3 {
+			holder, ok1 := v[0].(string)
+			tok, ok2 := v[1].(int64)
+			ms, ok3 := v[2].(int64)
+			if ok1 && ok2 && ok3 {
+				return lease.Result{Owner: holder, Token: uint64(tok), TTL: pttl(ms)}, nil
+			}
 		}
 	}
-	return r, nil
+	return lease.Result{}, fmt.Errorf("unexpected reply %v", reply)
 }
 
 // GetLeaseOwner returns the holder of the live lease on key, or "" when there

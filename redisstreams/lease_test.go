@@ -17,10 +17,11 @@ import (
 
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/lease/leasetest"
 )
 
-// leaseEnv is what the lease contract checks below need from one deployment:
-// a fresh, isolated backend per call and a way to let time pass for it.
+// leaseEnv is one deployment the lease tests run on: a fresh, isolated
+// backend per call and a way to let time pass for it.
 type leaseEnv struct {
 	new     func(t *testing.T) *Backend
 	advance func(t *testing.T, b *Backend, d time.Duration) // nil: sleep
@@ -36,11 +37,25 @@ func (e leaseEnv) wait(t *testing.T, b *Backend, d time.Duration) {
 	time.Sleep(d)
 }
 
+// run runs the exported conformance suite and then the checks of this
+// backend beyond it.
+func (e leaseEnv) run(t *testing.T) {
+	cfg := leasetest.Config{
+		New: func(t *testing.T) lease.Provider { return e.new(t) },
+		TTL: e.ttl,
+	}
+	if e.advance != nil {
+		cfg.Advance = func(t *testing.T, p lease.Provider, d time.Duration) { e.advance(t, p.(*Backend), d) }
+	}
+	t.Run("Conformance", func(t *testing.T) { leasetest.Run(t, cfg) })
+	t.Run("Redis", func(t *testing.T) { runLeaseExtras(t, e) })
+}
+
 var prefixSeq atomic.Int64
 
 // newBackendOn returns a Backend on c with a prefix of its own, closed by
 // t.Cleanup, so tests sharing one server do not see each other's keys.
-func newBackendOn(t *testing.T, c redis.UniversalClient) *Backend {
+func newBackendOn(t testing.TB, c redis.UniversalClient) *Backend {
 	t.Helper()
 	b, err := New(c, Options{Prefix: fmt.Sprintf("lt%d", prefixSeq.Add(1))})
 	if err != nil {
@@ -50,26 +65,20 @@ func newBackendOn(t *testing.T, c redis.UniversalClient) *Backend {
 	return b
 }
 
-// standaloneEnv runs the checks on one private redis-server; TTLs are real.
-func standaloneEnv(t *testing.T) leaseEnv {
-	s := redistest.Start(t, redistest.Options{})
-	c := s.Client(t)
-	return leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 400 * time.Millisecond}
+// TestLeaseStandalone runs the lease checks on a private redis-server, on
+// real time.
+func TestLeaseStandalone(t *testing.T) {
+	c := redistest.Start(t, redistest.Options{}).Client(t)
+	leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}.run(t)
 }
 
-// clusterEnv runs the checks on a private 3-master Redis Cluster.
-func clusterEnv(t *testing.T) leaseEnv {
-	cl := redistest.StartCluster(t, 3)
-	c := cl.Client(t)
-	return leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 400 * time.Millisecond}
-}
-
-// miniredisEnv runs the checks on miniredis (in process, Lua by gopher-lua);
-// time passes only when the test fast-forwards it.
-func miniredisEnv(t *testing.T) leaseEnv {
+// TestMiniredisLease runs the lease checks on miniredis (in process, Lua by
+// gopher-lua), where time passes only when the test fast-forwards it: the
+// quick unit-test path, needing no redis-server.
+func TestMiniredisLease(t *testing.T) {
 	var mu sync.Mutex
 	servers := map[*Backend]*miniredis.Miniredis{}
-	return leaseEnv{
+	leaseEnv{
 		new: func(t *testing.T) *Backend {
 			m := miniredis.RunT(t)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -87,221 +96,46 @@ func miniredisEnv(t *testing.T) leaseEnv {
 			m.FastForward(d)
 		},
 		ttl: 10 * time.Second,
-	}
+	}.run(t)
 }
 
-func TestLeaseStandalone(t *testing.T) { runLeaseChecks(t, standaloneEnv(t)) }
-
-func TestClusterLease(t *testing.T) { runLeaseChecks(t, clusterEnv(t)) }
-
-func TestMiniredisLease(t *testing.T) { runLeaseChecks(t, miniredisEnv(t)) }
-
-// runLeaseChecks checks the lease.Provider contract (and the Inspector and
-// BatchRenewer capabilities) of the backends env makes.
-func runLeaseChecks(t *testing.T, env leaseEnv) {
+// runLeaseExtras checks what the conformance suite does not: names that try
+// to break the key layout, prefix listing with glob characters, exact TTLs,
+// batches larger than one pipeline, and the NOSCRIPT fallback of every
+// operation.
+func runLeaseExtras(t *testing.T, env leaseEnv) {
 	ttl := env.ttl
-	t.Run("AcquireFree", func(t *testing.T) {
+	long := 60 * ttl // for leases that must not expire during a subtest
+	t.Run("AcquireReportsServerTTLAndToken", func(t *testing.T) {
 		b := env.new(t)
 		r := mustAcquire(t, b, "k", "a", ttl)
-		if !r.Acquired || r.Owner != "a" || r.Token == 0 || r.TTL != ttl {
-			t.Fatalf("acquire of a free key = %+v, want acquired by a with a token and TTL %v", r, ttl)
+		if !r.Acquired || r.Owner != "a" || r.Token != 1 || r.TTL != ttl {
+			t.Fatalf("first acquire = %+v, want acquired by a, token 1, TTL %v", r, ttl)
 		}
-		if got := mustOwner(t, b, "k"); got != "a" {
-			t.Fatalf("owner = %q, want a", got)
+		lost := mustAcquire(t, b, "k", "b", ttl)
+		if lost.Acquired || lost.Owner != "a" || lost.Token != 1 || lost.TTL <= 0 || lost.TTL > ttl {
+			t.Fatalf("contended acquire = %+v, want a's lease, token 1, 0 < TTL <= %v", lost, ttl)
 		}
-	})
-	t.Run("AcquireHeld", func(t *testing.T) {
-		b := env.new(t)
-		first := mustAcquire(t, b, "k", "a", ttl)
-		r := mustAcquire(t, b, "k", "b", ttl)
-		if r.Acquired || r.Owner != "a" || r.Token != first.Token || r.TTL <= 0 || r.TTL > ttl {
-			t.Fatalf("acquire of a held key = %+v, want lost to a (token %d) with 0 < TTL <= %v", r, first.Token, ttl)
-		}
-		if err := error(lease.NewHeldError("k", r)); !errors.Is(err, lease.ErrHeld) || !strings.Contains(err.Error(), "held by a") {
+		if err := error(lease.NewHeldError("k", lost)); !errors.Is(err, lease.ErrHeld) || !strings.Contains(err.Error(), "held by a") {
 			t.Fatalf("NewHeldError = %v, want an ErrHeld naming a", err)
 		}
-	})
-	t.Run("ReacquireRefreshesKeepsToken", func(t *testing.T) {
-		b := env.new(t)
-		first := mustAcquire(t, b, "k", "a", ttl)
 		env.wait(t, b, ttl/2)
-		again := mustAcquire(t, b, "k", "a", ttl)
-		if !again.Acquired || again.Token != first.Token || again.TTL != ttl {
-			t.Fatalf("re-acquire = %+v, want acquired, token %d, TTL %v", again, first.Token, ttl)
+		if again := mustAcquire(t, b, "k", "a", ttl); !again.Acquired || again.Token != 1 || again.TTL != ttl {
+			t.Fatalf("re-acquire = %+v, want acquired, token 1, TTL %v", again, ttl)
 		}
-		info := mustInspect(t, b, "k")
-		if info.TTL <= ttl/2+ttl/8 {
+		if info := mustInspect(t, b, "k"); info.TTL <= ttl/2+ttl/8 {
 			t.Fatalf("TTL after re-acquire = %v, want refreshed towards %v", info.TTL, ttl)
 		}
-	})
-	t.Run("TokensGrow", func(t *testing.T) {
-		b := env.new(t)
-		var last uint64
-		next := func(what string, tok uint64) {
-			t.Helper()
-			if tok <= last {
-				t.Fatalf("token after %s = %d, want > %d", what, tok, last)
-			}
-			last = tok
-		}
-		next("first acquire", mustAcquire(t, b, "k", "a", ttl).Token)
-		mustRelease(t, b, "k", "a")
-		next("release and acquire", mustAcquire(t, b, "k", "b", ttl).Token)
-		env.wait(t, b, ttl+ttl/2)
-		r := mustAcquire(t, b, "k", "c", ttl)
-		if !r.Acquired {
-			t.Fatalf("acquire after expiry = %+v, want acquired", r)
-		}
-		next("expiry and acquire", r.Token)
-		if ok := mustTransfer(t, b, "k", "c", "d", ttl); !ok {
-			t.Fatal("transfer c->d = false, want true")
-		}
-		next("transfer", mustInspect(t, b, "k").Token)
-		// A different key has its own counter.
+		// Each key has its own counter.
 		if tok := mustAcquire(t, b, "other", "a", ttl).Token; tok != 1 {
 			t.Fatalf("first token of another key = %d, want 1", tok)
-		}
-	})
-	t.Run("Renew", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "a", ttl)
-		if mustRenew(t, b, "k", "b", ttl) {
-			t.Fatal("renew by a non-holder = true, want false")
-		}
-		env.wait(t, b, ttl/2)
-		if !mustRenew(t, b, "k", "a", 2*ttl) {
-			t.Fatal("renew by the holder = false, want true")
-		}
-		if info := mustInspect(t, b, "k"); info.TTL <= ttl || info.Owner != "a" {
-			t.Fatalf("after renew to %v: %+v, want owner a and TTL > %v", 2*ttl, info, ttl)
-		}
-		if mustRenew(t, b, "free", "a", ttl) {
-			t.Fatal("renew of a free key = true, want false")
-		}
-	})
-	t.Run("RenewNeverRecreates", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "a", ttl)
-		env.wait(t, b, ttl+ttl/2)
-		if mustRenew(t, b, "k", "a", ttl) {
-			t.Fatal("renew of an expired lease = true, want false")
-		}
-		if got := mustOwner(t, b, "k"); got != "" {
-			t.Fatalf("owner after a refused renew = %q, want none", got)
-		}
-	})
-	t.Run("Release", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "a", ttl)
-		mustRelease(t, b, "k", "b")
-		if got := mustOwner(t, b, "k"); got != "a" {
-			t.Fatalf("owner after a non-holder's release = %q, want a", got)
-		}
-		mustRelease(t, b, "k", "a")
-		if got := mustOwner(t, b, "k"); got != "" {
-			t.Fatalf("owner after release = %q, want none", got)
-		}
-		mustRelease(t, b, "k", "a") // releasing a free key is a no-op
-		if r := mustAcquire(t, b, "k", "b", ttl); !r.Acquired {
-			t.Fatalf("acquire after release = %+v, want acquired", r)
-		}
-	})
-	t.Run("StaleReleaseKeepsNewHolder", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "a", ttl)
-		env.wait(t, b, ttl+ttl/2)
-		mustAcquire(t, b, "k", "b", ttl)
-		mustRelease(t, b, "k", "a")
-		if mustRenew(t, b, "k", "a", ttl) {
-			t.Fatal("stale renew = true, want false")
-		}
-		if got := mustOwner(t, b, "k"); got != "b" {
-			t.Fatalf("owner after a stale release = %q, want b", got)
-		}
-	})
-	t.Run("Transfer", func(t *testing.T) {
-		b := env.new(t)
-		first := mustAcquire(t, b, "k", "a", ttl)
-		env.wait(t, b, ttl/2)
-		if mustTransfer(t, b, "k", "b", "c", ttl) {
-			t.Fatal("transfer from a non-holder = true, want false")
-		}
-		if !mustTransfer(t, b, "k", "a", "b", ttl) {
-			t.Fatal("transfer from the holder = false, want true")
-		}
-		info := mustInspect(t, b, "k")
-		if info.Owner != "b" || info.Token <= first.Token || info.TTL <= ttl/2+ttl/8 {
-			t.Fatalf("after transfer: %+v, want owner b, token > %d, full TTL %v", info, first.Token, ttl)
-		}
-		if mustRenew(t, b, "k", "a", ttl) {
-			t.Fatal("renew by the old owner = true, want false")
-		}
-		if mustTransfer(t, b, "k", "a", "c", ttl) {
-			t.Fatal("second transfer from the old owner = true, want false")
-		}
-		if mustTransfer(t, b, "free", "a", "b", ttl) {
-			t.Fatal("transfer of a free key = true, want false")
-		}
-		if got := mustOwner(t, b, "free"); got != "" {
-			t.Fatalf("refused transfer created a lease held by %q", got)
-		}
-	})
-	t.Run("TransferNeverFree", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "o0", ttl)
-		ctx := t.Context()
-		stop := make(chan struct{})
-		var freeSeen atomic.Int64
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if owner, err := b.GetLeaseOwner(ctx, "k"); err == nil && owner == "" {
-					freeSeen.Add(1)
-				}
-			}
-		})
-		for i := range 50 {
-			if !mustTransfer(t, b, "k", fmt.Sprintf("o%d", i), fmt.Sprintf("o%d", i+1), ttl) {
-				t.Errorf("transfer %d = false, want true", i)
-			}
-		}
-		close(stop)
-		wg.Wait()
-		if n := freeSeen.Load(); n > 0 {
-			t.Fatalf("the key was seen free %d times during transfers", n)
-		}
-	})
-	t.Run("ConcurrentAcquireOneWins", func(t *testing.T) {
-		b := env.new(t)
-		var wins atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 100 {
-			wg.Go(func() {
-				r, err := b.AcquireLease(t.Context(), "k", fmt.Sprintf("w%d", i), ttl)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.Acquired {
-					wins.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if n := wins.Load(); n != 1 {
-			t.Fatalf("%d of 100 concurrent acquirers won, want 1", n)
 		}
 	})
 	t.Run("OddNames", func(t *testing.T) {
 		b := env.new(t)
 		names := oddNames()
 		for i, n := range names {
-			if r := mustAcquire(t, b, n, n+"/owner:{x}", ttl); !r.Acquired || r.Token != 1 {
+			if r := mustAcquire(t, b, n, n+"/owner:{x}", long); !r.Acquired || r.Token != 1 {
 				t.Fatalf("acquire %q = %+v, want a first tenure (names must not collide)", n, r)
 			}
 			if got := mustOwner(t, b, n); got != n+"/owner:{x}" {
@@ -318,72 +152,18 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 			t.Fatalf("ListLeases(\"\") = %q, want %q", got, sorted(names))
 		}
 	})
-	t.Run("InvalidInput", func(t *testing.T) {
+	t.Run("InspectInvalidKey", func(t *testing.T) {
 		b := env.new(t)
-		ctx := t.Context()
-		checks := map[string]error{}
-		_, checks["acquire empty key"] = b.AcquireLease(ctx, "", "a", ttl)
-		_, checks["acquire empty owner"] = b.AcquireLease(ctx, "k", "", ttl)
-		_, checks["acquire zero ttl"] = b.AcquireLease(ctx, "k", "a", 0)
-		_, checks["acquire negative ttl"] = b.AcquireLease(ctx, "k", "a", -time.Second)
-		_, checks["owner empty key"] = b.GetLeaseOwner(ctx, "")
-		checks["release empty key"] = b.ReleaseLease(ctx, "", "a")
-		checks["release empty owner"] = b.ReleaseLease(ctx, "k", "")
-		_, checks["renew empty owner"] = b.RenewLease(ctx, "k", "", ttl)
-		_, checks["renew zero ttl"] = b.RenewLease(ctx, "k", "a", 0)
-		_, checks["transfer same owner"] = b.TransferLease(ctx, "k", "a", "a", ttl)
-		_, checks["transfer empty to"] = b.TransferLease(ctx, "k", "a", "", ttl)
-		_, checks["transfer zero ttl"] = b.TransferLease(ctx, "k", "a", "b", 0)
-		_, checks["inspect empty key"] = b.InspectLease(ctx, "")
-		_, checks["batch bad request"] = b.RenewLeases(ctx, []lease.Renewal{{Key: "k", Owner: "a", TTL: ttl}, {Key: "k", Owner: "a"}})
-		for name, err := range checks {
-			if !errors.Is(err, lease.ErrInvalid) {
-				t.Errorf("%s: err = %v, want lease.ErrInvalid", name, err)
-			}
-		}
-		if got := mustOwner(t, b, "k"); got != "" {
-			t.Fatalf("invalid calls left a lease held by %q", got)
-		}
-	})
-	t.Run("Closed", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "k", "a", ttl)
-		if err := b.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		ctx := t.Context()
-		checks := map[string]error{}
-		_, checks["acquire"] = b.AcquireLease(ctx, "k", "a", ttl)
-		_, checks["owner"] = b.GetLeaseOwner(ctx, "k")
-		checks["release"] = b.ReleaseLease(ctx, "k", "a")
-		_, checks["renew"] = b.RenewLease(ctx, "k", "a", ttl)
-		_, checks["transfer"] = b.TransferLease(ctx, "k", "a", "b", ttl)
-		_, checks["inspect"] = b.InspectLease(ctx, "k")
-		_, checks["list"] = b.ListLeases(ctx, "")
-		_, checks["batch"] = b.RenewLeases(ctx, []lease.Renewal{{Key: "k", Owner: "a", TTL: ttl}})
-		for name, err := range checks {
-			if !errors.Is(err, lease.ErrClosed) {
-				t.Errorf("%s after Close: err = %v, want lease.ErrClosed", name, err)
-			}
-		}
-	})
-	t.Run("Inspect", func(t *testing.T) {
-		b := env.new(t)
-		if info := mustInspect(t, b, "k"); info != (lease.Info{Key: "k"}) {
-			t.Fatalf("inspect of a free key = %+v, want zero Info with Key", info)
-		}
-		r := mustAcquire(t, b, "k", "a", ttl)
-		info := mustInspect(t, b, "k")
-		if info.Key != "k" || info.Owner != "a" || info.Token != r.Token || info.TTL <= 0 || info.TTL > ttl {
-			t.Fatalf("inspect = %+v, want k held by a, token %d, 0 < TTL <= %v", info, r.Token, ttl)
+		if _, err := b.InspectLease(t.Context(), ""); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("InspectLease(\"\") = %v, want lease.ErrInvalid", err)
 		}
 	})
 	t.Run("List", func(t *testing.T) {
 		b := env.new(t)
 		for _, k := range []string{"jobs/1", "jobs/2", "jobs*", "job", "other/1"} {
-			mustAcquire(t, b, k, "o-"+k, ttl)
+			mustAcquire(t, b, k, "o-"+k, long)
 		}
-		mustAcquire(t, b, "jobs/gone", "x", ttl)
+		mustAcquire(t, b, "jobs/gone", "x", long)
 		mustRelease(t, b, "jobs/gone", "x")
 		tests := []struct {
 			prefix string
@@ -402,38 +182,10 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 				t.Errorf("ListLeases(%q) = %q, want %q", tc.prefix, got, tc.want)
 			}
 			for _, in := range infos {
-				if in.Owner != "o-"+in.Key || in.Token == 0 || in.TTL <= 0 || in.TTL > ttl {
-					t.Errorf("ListLeases(%q): %+v, want owner o-%s, a token and 0 < TTL <= %v", tc.prefix, in, in.Key, ttl)
+				if in.Owner != "o-"+in.Key || in.Token == 0 || in.TTL <= 0 || in.TTL > long {
+					t.Errorf("ListLeases(%q): %+v, want owner o-%s, a token and 0 < TTL <= %v", tc.prefix, in, in.Key, long)
 				}
 			}
-		}
-	})
-	t.Run("RenewLeases", func(t *testing.T) {
-		b := env.new(t)
-		mustAcquire(t, b, "a", "me", ttl)
-		mustAcquire(t, b, "b", "other", ttl)
-		mustAcquire(t, b, "c", "me", ttl)
-		reqs := []lease.Renewal{
-			{Key: "a", Owner: "me", TTL: 2 * ttl},
-			{Key: "b", Owner: "me", TTL: 2 * ttl},
-			{Key: "free", Owner: "me", TTL: 2 * ttl},
-			{Key: "c", Owner: "me", TTL: 2 * ttl},
-		}
-		got, err := b.RenewLeases(t.Context(), reqs)
-		if err != nil {
-			t.Fatalf("RenewLeases: %v", err)
-		}
-		if want := []bool{true, false, false, true}; !slices.Equal(got, want) {
-			t.Fatalf("RenewLeases = %v, want %v", got, want)
-		}
-		if info := mustInspect(t, b, "c"); info.TTL <= ttl {
-			t.Fatalf("TTL after batch renew to %v = %v", 2*ttl, info.TTL)
-		}
-		if got := mustOwner(t, b, "free"); got != "" {
-			t.Fatalf("batch renew created a lease held by %q", got)
-		}
-		if got, err := b.RenewLeases(t.Context(), nil); err != nil || len(got) != 0 {
-			t.Fatalf("RenewLeases(nil) = %v, %v; want empty, nil", got, err)
 		}
 	})
 	t.Run("RenewLeasesLarge", func(t *testing.T) {
@@ -441,9 +193,9 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 		const n = 2*PipelineChunk + 17
 		reqs := make([]lease.Renewal, n)
 		for i := range reqs {
-			reqs[i] = lease.Renewal{Key: fmt.Sprintf("k%d", i), Owner: "me", TTL: ttl}
+			reqs[i] = lease.Renewal{Key: fmt.Sprintf("k%d", i), Owner: "me", TTL: long}
 			if i%3 != 0 {
-				mustAcquire(t, b, reqs[i].Key, "me", ttl)
+				mustAcquire(t, b, reqs[i].Key, "me", long)
 			}
 		}
 		got, err := b.RenewLeases(t.Context(), reqs)
@@ -468,11 +220,11 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 			}
 		}
 		flush()
-		if r := mustAcquire(t, b, "k", "a", ttl); !r.Acquired {
+		if r := mustAcquire(t, b, "k", "a", long); !r.Acquired {
 			t.Fatalf("acquire after SCRIPT FLUSH = %+v", r)
 		}
 		flush()
-		if r := mustAcquire(t, b, "k", "b", ttl); r.Acquired || r.Owner != "a" {
+		if r := mustAcquire(t, b, "k", "b", long); r.Acquired || r.Owner != "a" {
 			t.Fatalf("contended acquire after SCRIPT FLUSH = %+v", r)
 		}
 		flush()
@@ -480,11 +232,11 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 			t.Fatalf("owner after SCRIPT FLUSH = %q", got)
 		}
 		flush()
-		if !mustRenew(t, b, "k", "a", ttl) {
+		if !mustRenew(t, b, "k", "a", long) {
 			t.Fatal("renew after SCRIPT FLUSH = false")
 		}
 		flush()
-		if !mustTransfer(t, b, "k", "a", "b", ttl) {
+		if !mustTransfer(t, b, "k", "a", "b", long) {
 			t.Fatal("transfer after SCRIPT FLUSH = false")
 		}
 		flush()
@@ -497,7 +249,7 @@ func runLeaseChecks(t *testing.T, env leaseEnv) {
 		}
 		flush()
 		got, err := b.RenewLeases(t.Context(), []lease.Renewal{
-			{Key: "k", Owner: "b", TTL: ttl}, {Key: "k", Owner: "a", TTL: ttl}, {Key: "x", Owner: "b", TTL: ttl},
+			{Key: "k", Owner: "b", TTL: long}, {Key: "k", Owner: "a", TTL: long}, {Key: "x", Owner: "b", TTL: long},
 		})
 		if want := []bool{true, false, false}; err != nil || !slices.Equal(got, want) {
 			t.Fatalf("RenewLeases after SCRIPT FLUSH = %v, %v; want %v", got, err, want)
@@ -598,70 +350,42 @@ func mustList(t *testing.T, b *Backend, prefix string) []lease.Info {
 	return infos
 }
 
-// TestLeaseRestartAppendOnly restarts Redis (gracefully and with SIGKILL)
-// under a lease its holder keeps renewing. Afterwards the holder either
-// still holds it with the same token, or sees the loss; a new holder always
-// gets a higher token (the fencing counter survived), and the old holder can
-// neither renew, release nor transfer it.
+// TestLeaseRestartAppendOnly restarts Redis (gracefully, with SIGKILL, and
+// with SIGKILL and an outage longer than the TTL) under a lease held with
+// lease.Keep. Afterwards the holder either still holds the lease, with the
+// same token, or has seen the loss (its Held is done); it never believes it
+// holds a lease someone else has. A new holder always gets a higher token
+// (the fencing counter survived), and the old holder can neither renew,
+// transfer nor release the new holder's lease.
 func TestLeaseRestartAppendOnly(t *testing.T) {
 	tests := []struct {
-		name   string
-		kill   bool
-		outage time.Duration // extra time the server stays down
-		ttl    time.Duration
+		name     string
+		kill     bool
+		outage   time.Duration // extra time the server stays down
+		ttl      time.Duration
+		wantKept bool
 	}{
-		{name: "Stop", ttl: 3 * time.Second},
-		{name: "Kill", kill: true, ttl: 3 * time.Second},
-		{name: "KillLongerThanTTL", kill: true, outage: 700 * time.Millisecond, ttl: 500 * time.Millisecond},
+		{name: "Stop", ttl: 3 * time.Second, wantKept: true},
+		{name: "Kill", kill: true, ttl: 3 * time.Second, wantKept: true},
+		{name: "KillLongerThanTTL", kill: true, outage: 900 * time.Millisecond, ttl: 600 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t, redistest.Options{AppendOnly: true})
 			b := newBackendOn(t, s.Client(t))
-			ctx := t.Context()
-			first := mustAcquire(t, b, "job", "holder", tc.ttl)
-			for range 3 { // a few generations, so the counter is past 1
-				mustTransfer(t, b, "job", "holder", "tmp", tc.ttl)
-				mustTransfer(t, b, "job", "tmp", "holder", tc.ttl)
+			// A few generations first, so the counter is well past 1.
+			mustAcquire(t, b, "job", "old", tc.ttl)
+			mustTransfer(t, b, "job", "old", "older", tc.ttl)
+			mustRelease(t, b, "job", "older")
+			h, err := lease.Keep(t.Context(), b, "job", "holder", tc.ttl)
+			if err != nil {
+				t.Fatalf("Keep: %v", err)
 			}
-			before := mustInspect(t, b, "job")
-			if before.Owner != "holder" || before.Token <= first.Token {
-				t.Fatalf("before restart: %+v", before)
+			t.Cleanup(func() { h.Release(context.Background()) })
+			if h.Token() < 3 {
+				t.Fatalf("holder's token = %d, want >= 3", h.Token())
 			}
-
-			// The holder renews every ttl/3, as lease.Keep does, and records
-			// until when it believes it holds the lease.
-			var (
-				mu       sync.Mutex
-				believed time.Time // the holder thinks it holds the lease until then
-				lost     bool
-			)
-			believed = time.Now().Add(tc.ttl)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				tick := time.NewTicker(tc.ttl / 3)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					sent := time.Now()
-					rctx, cancel := context.WithTimeout(ctx, tc.ttl/3)
-					ok, err := b.RenewLease(rctx, "job", "holder", tc.ttl)
-					cancel()
-					mu.Lock()
-					switch {
-					case err == nil && ok && !lost:
-						believed = sent.Add(tc.ttl)
-					case err == nil && !ok:
-						lost = true
-					}
-					mu.Unlock()
-				}
-			})
+			time.Sleep(tc.ttl / 2) // at least one renewal before the restart
 
 			if tc.kill {
 				s.Kill(t)
@@ -670,56 +394,42 @@ func TestLeaseRestartAppendOnly(t *testing.T) {
 			}
 			time.Sleep(tc.outage)
 			s.Restart(t)
+			// Let the Keeper renew (or give up) against the new process.
+			time.Sleep(tc.ttl / 2)
 
-			// Wait for the holder's first answer after the restart.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				mu.Lock()
-				done := lost || believed.After(time.Now().Add(tc.ttl/2))
-				mu.Unlock()
-				if done || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-
-			// A contender tries to take the lease. If it wins, the holder
-			// must no longer believe it holds the lease.
 			r := mustAcquire(t, b, "job", "contender", tc.ttl)
-			mu.Lock()
-			holderBelieves, holderLost := !lost && believed.After(time.Now()), lost
-			mu.Unlock()
-			close(stop)
-			wg.Wait()
-			after := mustInspect(t, b, "job")
-			if r.Acquired {
-				if holderBelieves {
-					t.Fatalf("contender acquired %+v while the holder still believed it held the lease", r)
+			holderBelieves := h.Err() == nil
+			if !r.Acquired {
+				info := mustInspect(t, b, "job")
+				if r.Owner != "holder" || r.Token != h.Token() || info.Owner != "holder" || info.Token != h.Token() {
+					t.Fatalf("contender lost to %+v, inspect %+v; want the holder's lease, token %d", r, info, h.Token())
 				}
-				if r.Token <= before.Token {
-					t.Fatalf("contender's token %d, want > %d (fencing counter lost?)", r.Token, before.Token)
+				if !holderBelieves {
+					t.Fatalf("holder gave up (%v) although its lease survived", h.Err())
 				}
-				if mustRenew(t, b, "job", "holder", tc.ttl) || mustTransfer(t, b, "job", "holder", "x", tc.ttl) {
-					t.Fatal("old holder renewed or transferred the contender's lease")
-				}
-				mustRelease(t, b, "job", "holder")
-				if got := mustOwner(t, b, "job"); got != "contender" {
-					t.Fatalf("owner after the old holder's release = %q, want contender", got)
-				}
-				t.Logf("lease lost in the outage; holder saw loss=%v; new token %d > %d", holderLost, r.Token, before.Token)
-				if tc.outage == 0 {
-					t.Errorf("lease lost across a restart shorter than its TTL, want kept with AOF")
+				if !tc.wantKept {
+					t.Fatal("lease kept across an outage longer than its TTL")
 				}
 				return
 			}
-			if r.Owner != "holder" || r.Token != before.Token || after != (lease.Info{Key: "job", Owner: "holder", Token: before.Token, TTL: after.TTL}) {
-				t.Fatalf("after restart: contender saw %+v, inspect %+v; want held by holder with token %d", r, after, before.Token)
+			if holderBelieves {
+				t.Fatalf("contender acquired %+v while the holder still believes it holds the lease (token %d)", r, h.Token())
 			}
-			if !mustRenew(t, b, "job", "holder", tc.ttl) {
-				t.Fatal("holder cannot renew the lease it kept")
+			if !errors.Is(h.Err(), lease.ErrNotHeld) {
+				t.Fatalf("holder's Err = %v, want lease.ErrNotHeld", h.Err())
 			}
-			if tc.outage > tc.ttl {
-				t.Errorf("lease kept across an outage longer than its TTL")
+			if r.Token <= h.Token() {
+				t.Fatalf("contender's token %d, want > the holder's %d (fencing counter lost?)", r.Token, h.Token())
+			}
+			if mustRenew(t, b, "job", "holder", tc.ttl) || mustTransfer(t, b, "job", "holder", "x", tc.ttl) {
+				t.Fatal("the old holder renewed or transferred the contender's lease")
+			}
+			mustRelease(t, b, "job", "holder")
+			if got := mustOwner(t, b, "job"); got != "contender" {
+				t.Fatalf("owner after the old holder's release = %q, want contender", got)
+			}
+			if tc.wantKept {
+				t.Errorf("lease lost (%v) across a restart shorter than its TTL, want kept (append-only file)", h.Err())
 			}
 		})
 	}

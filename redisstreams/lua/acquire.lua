@@ -5,9 +5,10 @@
 -- ARGV[1]  owner
 -- ARGV[2]  ttl in milliseconds (the server's clock counts it)
 --
--- Returns {1, token, ttl} when the caller holds the lease now (a new tenure
--- with a new token from the counter, or a refresh keeping the token), or
--- {0, token, pttl, holder} when another owner holds it.
+-- Returns the token (an integer > 0) when the caller holds the lease now, for
+-- ARGV[2] milliseconds (a new tenure with a new token from the counter, or a
+-- refresh keeping the token), or {holder, token, pttl} when another owner
+-- holds it. The hot path replies with one integer, so callers parse little.
 local v = redis.call('GET', KEYS[1])
 if v then
   local i = string.find(v, ':', 1, true)
@@ -18,10 +19,10 @@ if v then
   end
   if holder == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tok, tonumber(ARGV[2])}
+    return tok
   end
-  return {0, tok, redis.call('PTTL', KEYS[1]), holder}
+  return {holder, tok, redis.call('PTTL', KEYS[1])}
 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], string.format('%d', tok) .. ':' .. ARGV[1], 'PX', ARGV[2])
-return {1, tok, tonumber(ARGV[2])}
+return tok

@@ -1,0 +1,91 @@
+// Package signals is the thread-ownership runtime of leasebus: exactly one
+// process at a time runs the agent for a thread, signals sent to a thread
+// from any process reach that owner, and queued follow-ups take over the
+// thread without a gap.
+//
+//	rt, err := signals.New(ps, agent, signals.WithLeaseTTL(15*time.Second))
+//	acc, err := rt.Send(ctx, "thread-42", signals.Signal{Type: "user.message", Data: msg})
+//	// acc.Action: Woke (a run started here), Delivered (this process holds the
+//	// thread), Forwarded (acc.Owner, another process, holds it)
+//	err = rt.Close(ctx)
+//
+// # Design
+//
+// Every accepted signal goes two places: the thread's durable inbox, topic
+// [InboxTopic] ("signals.thread.<thread>"), and a wake notice on the shared
+// [WorkTopic], which every runtime consumes as one member of [WorkGroup] with
+// an ack deadline of the lease TTL. Send then tries the thread's lease
+// ([LeaseKey]); the winner starts a tenure (Woke), a process that already
+// holds it has nothing more to do (Delivered), and otherwise the holder is
+// named (Forwarded). That is three round trips on the fast path: inbox, notice,
+// acquire (two for Delivered).
+//
+// A tenure is one process holding a thread's lease. Only a tenure reads the
+// inbox: it subscribes as the single member of [InboxGroup], from the earliest
+// entry the group has not consumed, with Concurrency(1), so entries arrive in
+// publish order, one at a time. Each delivery starts a run, or is given to the
+// running run through [Run.Next]. An entry is acked only once the run is done
+// with it: when the agent asks for the next signal, or returns. When a run
+// ends the tenure waits the linger time for the next entry; if one comes, the
+// lease passes to a new run owner with TransferLease (lease.Held.Transfer), so
+// the key is never free; if none comes, it unsubscribes and releases.
+//
+// Lease owners are "<process>/<run id>", fresh per run, so each run is its own
+// tenure with its own fencing token; lease.Keeper renews them and cancels the
+// run's ctx before the lease can expire when renewal fails or is refused.
+//
+// Each thread keeps a done record: the hashes of the IDs of its last
+// [DedupeEntries] run signals, kept for the dedupe window
+// ([DefaultDedupeWindow]), stored as the owner string of the lease key
+// "signals.done.<thread>" and updated by the holder with TransferLease as a
+// compare-and-swap. A delivered entry whose ID is in the record (or in this
+// process's cache of done IDs) is acked without running: that is how a
+// duplicate Send, or a redelivery of a signal whose ack was lost, runs once.
+//
+// A wake notice is acked only when its signal is in the done record (or the
+// local cache). Its holder waits on the local tenure when this process holds
+// the thread; otherwise it tries the lease: when it wins it starts a tenure
+// (a recovery), and when another process holds it, it checks again every
+// recovery interval and nacks after half the ack deadline so the notice is
+// retried. So while any signal is not done, some notice for its thread is
+// unacked and will keep some runtime trying to take the thread.
+//
+// # Guarantees and how the tests prove them
+//
+//  1. One owner: the lease admits one holder; each run is a new tenure with a
+//     higher token and its ctx ends when the lease is lost. Proved by the
+//     multi-process soak (a fenced Redis key rejects any write with a token
+//     lower than the highest seen, and an "active" counter per thread never
+//     exceeds one) and TestTwoRuntimesForwardAndExclusive.
+//  2. No lost signal: the inbox and the notice are published before Send
+//     returns; the notice stays unacked until the signal is done. Proved by
+//     the sender-exits, owner-killed and soak tests. A signal a run had taken
+//     when its owner died is given to the next owner with
+//     Signal.Redelivered set and a higher token; a duplicate signal ID within
+//     the dedupe window is not run again (TestDuplicateIDRunsOnce).
+//  3. Order: one reader per thread, one entry at a time, in publish order.
+//     Proved by TestOrderAndHandOff and the soak. A signal redelivered after
+//     its owner died may run after signals that were queued behind it (the
+//     pubsub redelivers a dead consumer's pending entry only after its ack
+//     deadline); it is marked Redelivered.
+//  4. Gap-free hand-off: a run that ends with signals queued transfers the
+//     lease to the next run. Proved by the gap-free test polling the lease
+//     key every millisecond.
+//  5. Takeover: a dead owner's notices come back after the ack deadline (the
+//     lease TTL) and the lease expires after the TTL; a live runtime then wins
+//     the lease within one recovery interval and drains the inbox. Proved by
+//     the owner-killed test.
+//  6. Fail-closed: the run ctx is cancelled as soon as renewal is refused or
+//     cannot succeed before expiry; acquire errors are returned, never taken
+//     as a win. Without a lease provider New falls back to lease.Noop and logs
+//     one warning, unless the pubsub implements [CrossProcessReporter] and
+//     reports false. Proved by the SIGSTOP test and TestNoopFallback.
+//
+// # Limits
+//
+// The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
+// that many newer signals ran, or after the dedupe window, runs again. A
+// wake notice whose signal fell out of the record is acked after three clean
+// tenures of its holder met nothing. Without a lease provider, deduplication
+// is per process.
+package signals

@@ -1,0 +1,17 @@
+package signals_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		// A worker process re-executed by the multi-process tests: no leak
+		// check, it is killed or exits on its own.
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
+}

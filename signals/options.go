@@ -1,0 +1,231 @@
+package signals
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultLeaseTTL is the TTL of a thread's lease.
+	DefaultLeaseTTL = 15 * time.Second
+	// DefaultRecoveryInterval is how often a runtime holding a wake notice
+	// for a thread leased elsewhere checks again whether the owner finished
+	// the signal or died.
+	DefaultRecoveryInterval = time.Second
+	// DefaultLinger is how long a tenure waits for the next inbox signal after
+	// a run ended before it releases the thread.
+	DefaultLinger = 200 * time.Millisecond
+	// DefaultNextWait is how long Run.Next waits for a follow-up that is not
+	// yet delivered before it reports none.
+	DefaultNextWait = 20 * time.Millisecond
+	// DefaultDedupeWindow is how long a thread remembers the IDs of the
+	// signals it ran (at most DedupeEntries of them).
+	DefaultDedupeWindow = time.Hour
+	// DedupeEntries is how many recent signal IDs a thread's done record
+	// keeps.
+	DedupeEntries = 256
+	// DefaultWorkConcurrency is how many wake notices a runtime handles at
+	// once.
+	DefaultWorkConcurrency = 64
+)
+
+// Event is one thing the runtime did, given to the observer set with
+// WithObserver. Fields that do not apply to a Kind are zero.
+type Event struct {
+	Kind    EventKind
+	Time    time.Time
+	Process string // the runtime's process ID
+	Thread  string
+	RunID   string
+	Owner   string // the lease owner of the run (a holder token unique per tenure)
+	Token   uint64 // the fencing token of the run
+	// Signals are the signals a run started with (RunStarted), the one given
+	// (SignalGiven, SignalSkipped) or sent (Sent).
+	Signals []Signal
+	// Action is Send's outcome (Sent).
+	Action Action
+	// PrevRunID, PrevOwner and PrevToken name the run handing the lease
+	// over (HandedOff).
+	PrevRunID string
+	PrevOwner string
+	PrevToken uint64
+	// Err is the agent's error (RunEnded), why the lease was lost (LeaseLost)
+	// or why a send failed.
+	Err error
+}
+
+// EventKind names an Event.
+type EventKind int
+
+const (
+	// Sent: Send accepted a signal (Action, Signals, Owner, RunID).
+	Sent EventKind = iota + 1
+	// TenureStarted: this process acquired a thread's lease (Owner, Token,
+	// RunID of the first run). Recovered is the variant for a wake notice.
+	TenureStarted
+	// Recovered: this process took over a thread from a wake notice: the
+	// previous owner died, or finished without seeing the signal.
+	Recovered
+	// RunStarted: a run began (RunID, Owner, Token, Signals).
+	RunStarted
+	// SignalGiven: Run.Next gave a follow-up to a running run.
+	SignalGiven
+	// SignalSkipped: a duplicate signal ID was dropped without running.
+	SignalSkipped
+	// RunEnded: an agent returned (Err is its error).
+	RunEnded
+	// HandedOff: a run's lease moved to the next run with TransferLease
+	// (Prev* name the previous run).
+	HandedOff
+	// LeaseLost: a tenure lost its lease; the run's ctx was cancelled.
+	LeaseLost
+	// Released: the tenure ended and handed the lease back.
+	Released
+)
+
+var kindNames = [...]string{"", "sent", "tenure-started", "recovered", "run-started", "signal-given",
+	"signal-skipped", "run-ended", "handed-off", "lease-lost", "released"}
+
+// String returns the kind's name, such as "run-started".
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	ttl, renew, recovery    time.Duration
+	linger, nextWait, dedup time.Duration
+	logger                  *slog.Logger
+	process                 string
+	observer                func(Event)
+	workConcurrency         int
+}
+
+// WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A
+// dead owner's threads are taken over within about TTL + recovery interval.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: lease ttl %v is below 10ms", ErrInvalid, d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithRenewInterval sets how often held leases are renewed (default a third
+// of the TTL). It must be shorter than the TTL.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalid, d)
+		}
+		c.renew = d
+		return nil
+	}
+}
+
+// WithRecoveryInterval sets how often a wake notice for a thread leased
+// elsewhere is checked again (default DefaultRecoveryInterval).
+func WithRecoveryInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: recovery interval %v is not positive", ErrInvalid, d)
+		}
+		c.recovery = d
+		return nil
+	}
+}
+
+// WithLinger sets how long a tenure waits for another inbox signal after a
+// run before it releases the thread (default DefaultLinger), and WithNextWait
+// how long Run.Next waits for an undelivered follow-up.
+func WithLinger(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: linger %v is not positive", ErrInvalid, d)
+		}
+		c.linger = d
+		return nil
+	}
+}
+
+// WithNextWait sets how long Run.Next waits for a follow-up that is not yet
+// delivered before it reports none (default DefaultNextWait).
+func WithNextWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: next wait %v is not positive", ErrInvalid, d)
+		}
+		c.nextWait = d
+		return nil
+	}
+}
+
+// WithDedupeWindow sets how long a thread remembers the IDs of signals it ran
+// (default DefaultDedupeWindow, at most DedupeEntries IDs per thread).
+func WithDedupeWindow(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: dedupe window %v is below 1s", ErrInvalid, d)
+		}
+		c.dedup = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger of warnings and agent errors (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: logger is nil", ErrInvalid)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithProcessID names this runtime in lease owners and events (default: host
+// name, process id and a random suffix). Owners stay unique per tenure
+// whatever the name.
+func WithProcessID(id string) Option {
+	return func(c *config) error {
+		if id == "" {
+			return fmt.Errorf("%w: process id is empty", ErrInvalid)
+		}
+		c.process = id
+		return nil
+	}
+}
+
+// WithObserver sets a function called with every Event, synchronously from
+// the runtime's goroutines: it must be fast and safe for concurrent use.
+func WithObserver(f func(Event)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: observer is nil", ErrInvalid)
+		}
+		c.observer = f
+		return nil
+	}
+}
+
+// WithWorkConcurrency sets how many wake notices are handled at once
+// (default DefaultWorkConcurrency).
+func WithWorkConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: work concurrency %d is below 1", ErrInvalid, n)
+		}
+		c.workConcurrency = n
+		return nil
+	}
+}

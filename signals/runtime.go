@@ -1,0 +1,421 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Topic and group names the runtime uses on the pubsub.
+const (
+	// WorkTopic carries one wake notice per accepted signal; every runtime
+	// consumes it as one member of WorkGroup.
+	WorkTopic = "signals.work"
+	// WorkGroup is the consumer group of WorkTopic.
+	WorkGroup = "signals.runtimes"
+	// InboxGroup is the group through which a thread's lease holder reads its
+	// inbox (see InboxTopic).
+	InboxGroup = "signals.owner"
+	// WakeType is the event type of wake notices.
+	WakeType = "signals.wake"
+)
+
+// Metadata keys of wake notices.
+const (
+	metaThread = "leasebus.signals.thread"
+	metaSignal = "leasebus.signals.id"
+)
+
+// InboxTopic returns the durable inbox topic of thread, "signals.thread.<thread>".
+// Its lease key is the same string.
+func InboxTopic(thread string) string { return "signals.thread." + thread }
+
+// LeaseKey returns the lease key of thread (equal to its inbox topic).
+func LeaseKey(thread string) string { return InboxTopic(thread) }
+
+// CrossProcessReporter is an optional capability of a pubsub.PubSub: it
+// reports whether its events cross process boundaries. New warns when it has
+// to fall back to lease.Noop, unless the pubsub reports CrossProcess() false
+// (then the fallback is exactly right and nothing is logged).
+type CrossProcessReporter interface {
+	CrossProcess() bool
+}
+
+var errRetry = errors.New("signals: wake notice not settled yet")
+
+// Runtime makes sure one process at a time runs the agent for a thread, that
+// signals sent to a thread from any process reach that owner, and that queued
+// signals take over the thread without a gap. It is safe for concurrent use.
+type Runtime struct {
+	ps     pubsub.PubSub
+	lp     lease.Provider
+	leases bool // lp is a real provider
+	agent  Agent
+	cfg    config
+	keeper *lease.Keeper
+	log    *slog.Logger
+	done   doneCache
+
+	hardCtx    context.Context // cancelled when Close gives up waiting
+	hardCancel context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool
+	closing  chan struct{}
+	sessions map[string]*session
+	wg       sync.WaitGroup // sessions
+	workSub  pubsub.Subscription
+
+	closeOnce sync.Once
+	closeErr  error
+	closedCh  chan struct{}
+}
+
+// New returns a Runtime that runs agent for the threads sent to through ps.
+// It detects the lease capability with lease.ProviderOf(ps); without one it
+// falls back to lease.Noop (no cross-process exclusion) and logs one warning,
+// unless ps implements CrossProcessReporter and reports false. New subscribes
+// to WorkTopic (so that it takes over the threads of dead owners) and returns
+// an error when that fails; bad options return an error wrapping ErrInvalid.
+func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
+	if ps == nil {
+		return nil, fmt.Errorf("%w: pubsub is nil", ErrInvalid)
+	}
+	if agent == nil {
+		return nil, fmt.Errorf("%w: agent is nil", ErrInvalid)
+	}
+	cfg := config{
+		ttl: DefaultLeaseTTL, recovery: DefaultRecoveryInterval, linger: DefaultLinger,
+		nextWait: DefaultNextWait, dedup: DefaultDedupeWindow, workConcurrency: DefaultWorkConcurrency,
+	}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalid, i)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.renew == 0 {
+		cfg.renew = cfg.ttl / 3
+	}
+	if cfg.renew >= cfg.ttl {
+		return nil, fmt.Errorf("%w: renew interval %v is not shorter than lease ttl %v", ErrInvalid, cfg.renew, cfg.ttl)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	if cfg.process == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "host"
+		}
+		cfg.process = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	lp, ok := lease.ProviderOf(ps)
+	rt := &Runtime{
+		ps: ps, lp: lp, leases: ok, agent: agent, cfg: cfg, log: cfg.logger,
+		closing: make(chan struct{}), closedCh: make(chan struct{}),
+		sessions: make(map[string]*session),
+	}
+	if !ok {
+		if r, isR := ps.(CrossProcessReporter); !isR || r.CrossProcess() {
+			rt.log.Warn("signals: pubsub has no lease capability; falling back to lease.Noop: threads are not exclusive across processes",
+				"pubsub", fmt.Sprintf("%T", ps))
+		}
+	}
+	rt.keeper = lease.NewKeeper(lp, lease.KeeperOptions{RenewEvery: cfg.renew})
+	rt.hardCtx, rt.hardCancel = context.WithCancel(context.Background())
+	sub, err := ps.Subscribe(context.Background(), WorkTopic, rt.onNotice,
+		pubsub.Group(WorkGroup), pubsub.StartFrom(pubsub.Earliest),
+		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl))
+	if err != nil {
+		rt.hardCancel()
+		_ = rt.keeper.Close()
+		return nil, fmt.Errorf("signals: subscribe %s: %w", WorkTopic, err)
+	}
+	rt.workSub = sub
+	return rt, nil
+}
+
+// ProcessID returns the name of this runtime in lease owners and events.
+func (rt *Runtime) ProcessID() string { return rt.cfg.process }
+
+func (rt *Runtime) emit(e Event) {
+	if rt.cfg.observer == nil {
+		return
+	}
+	e.Time = time.Now()
+	e.Process = rt.cfg.process
+	rt.cfg.observer(e)
+}
+
+// newRun returns a fresh run ID and the lease owner of its tenure.
+func (rt *Runtime) newRun() (runID, owner string) {
+	runID = uuid.NewString()
+	return runID, rt.cfg.process + "/" + runID
+}
+
+// runOf returns the run ID inside an owner string ("" when it has none).
+func runOf(owner string) string {
+	if i := strings.LastIndexByte(owner, '/'); i >= 0 {
+		return owner[i+1:]
+	}
+	return ""
+}
+
+// Send accepts sig for thread: it stores the signal in the thread's durable
+// inbox, publishes a wake notice, and then either starts a run here (Woke),
+// finds this process already holding the thread (Delivered), or reports the
+// process that holds it (Forwarded). Once Send returned nil the signal is
+// run even if this process exits at once, as long as some runtime stays
+// alive. The fast path is three round trips (inbox, notice, acquire); two
+// when this process holds the thread.
+//
+// Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed. An
+// error after the inbox publish means the signal may or may not run: retry
+// with the same signal ID, which is run once.
+func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepted, error) {
+	if thread == "" {
+		return Accepted{}, fmt.Errorf("%w: thread is empty", ErrInvalid)
+	}
+	if sig.Type == "" {
+		return Accepted{}, fmt.Errorf("%w: signal type is empty (thread %q)", ErrInvalid, thread)
+	}
+	if rt.isClosed() {
+		return Accepted{}, ErrClosed
+	}
+	if sig.ID == "" {
+		sig.ID = uuid.NewString()
+	}
+	ev := pubsub.Event{ID: sig.ID, Type: sig.Type, Data: sig.Data}
+	if len(sig.Metadata) > 0 {
+		ev.Metadata = maps.Clone(sig.Metadata)
+	}
+	if err := rt.ps.Publish(ctx, InboxTopic(thread), ev); err != nil {
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
+	}
+	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+	if err := rt.ps.Publish(ctx, WorkTopic, notice); err != nil {
+		return Accepted{}, fmt.Errorf("signals: wake notice for %q on thread %q: %w", sig.ID, thread, err)
+	}
+	s, created, holder, err := rt.wake(ctx, thread, false)
+	if err != nil {
+		if errors.Is(err, ErrClosed) {
+			// Stored durably; another runtime takes it.
+			return rt.sent(thread, sig, Accepted{Action: Forwarded, SignalID: sig.ID}), nil
+		}
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
+	}
+	if s == nil {
+		return rt.sent(thread, sig, Accepted{Action: Forwarded, Owner: holder, RunID: runOf(holder), SignalID: sig.ID}), nil
+	}
+	act := Delivered
+	if created {
+		act = Woke
+	}
+	runID, owner := s.current()
+	return rt.sent(thread, sig, Accepted{Action: act, RunID: runID, Owner: owner, SignalID: sig.ID}), nil
+}
+
+func (rt *Runtime) sent(thread string, sig Signal, a Accepted) Accepted {
+	rt.emit(Event{Kind: Sent, Thread: thread, RunID: a.RunID, Owner: a.Owner, Action: a.Action, Signals: []Signal{sig}})
+	return a
+}
+
+func (rt *Runtime) isClosed() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.closed
+}
+
+// wake returns the local session of thread, starting one when this process
+// wins the thread's lease; when another process holds it, it returns a nil
+// session and the holder. Acquire errors are errors.
+func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder string, err error) {
+	rt.mu.Lock()
+	if s := rt.sessions[thread]; s != nil {
+		rt.mu.Unlock()
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, false, "", ctx.Err()
+		}
+		if s.acquired {
+			return s, false, "", nil
+		}
+		return nil, false, s.holder, s.err
+	}
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil, false, "", ErrClosed
+	}
+	s = newSession(rt, thread)
+	rt.sessions[thread] = s
+	rt.wg.Add(1)
+	rt.mu.Unlock()
+
+	runID, owner := rt.newRun()
+	held, err := rt.keeper.Keep(context.WithoutCancel(ctx), LeaseKey(thread), owner, rt.cfg.ttl)
+	if err != nil {
+		var he *lease.HeldError
+		if errors.As(err, &he) {
+			s.holder = he.Owner
+		} else {
+			s.err = err
+		}
+		rt.mu.Lock()
+		delete(rt.sessions, thread)
+		rt.mu.Unlock()
+		close(s.ready)
+		close(s.ended)
+		rt.wg.Done()
+		return nil, false, s.holder, s.err
+	}
+	s.held, s.runID, s.acquired = held, runID, true
+	close(s.ready)
+	kind := TenureStarted
+	if recovery {
+		kind = Recovered
+	}
+	rt.emit(Event{Kind: kind, Thread: thread, RunID: runID, Owner: owner, Token: held.Token()})
+	go s.loop()
+	return s, true, "", nil
+}
+
+func (rt *Runtime) removeSession(s *session) {
+	rt.mu.Lock()
+	if rt.sessions[s.thread] == s {
+		delete(rt.sessions, s.thread)
+	}
+	rt.mu.Unlock()
+}
+
+// isDone reports whether thread ran signal id: in this process's cache or
+// in the thread's done record.
+func (rt *Runtime) isDone(ctx context.Context, thread, id string) (bool, error) {
+	if rt.done.has(thread, id) {
+		return true, nil
+	}
+	if !rt.leases {
+		return false, nil
+	}
+	rec, err := rt.lp.GetLeaseOwner(ctx, recordKey(thread))
+	if err != nil {
+		return false, err
+	}
+	return recordHas(rec, id), nil
+}
+
+// onNotice handles a wake notice: it acks it once the signal it names has
+// been run (here or by whichever process owned the thread), taking the
+// thread's lease when it is free; while another process holds the thread it
+// checks again every recovery interval, and nacks when it held the notice for
+// half its ack deadline so that another runtime (or this one) retries.
+func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
+	thread, id := ev.Metadata[metaThread], ev.Metadata[metaSignal]
+	if thread == "" || id == "" {
+		rt.log.Warn("signals: dropping malformed wake notice", "id", ev.ID)
+		return nil
+	}
+	received := time.Now()
+	hold := time.NewTimer(rt.cfg.ttl / 2)
+	defer hold.Stop()
+	misses := 0
+	for {
+		select {
+		case <-rt.closing:
+			return errRetry
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		rt.mu.Lock()
+		s := rt.sessions[thread]
+		rt.mu.Unlock()
+		if s != nil {
+			switch s.await(id, hold.C, rt.closing) {
+			case awaitDone:
+				return nil
+			case awaitTimeout:
+				return errRetry
+			case awaitEnded:
+				if s.clean && s.startedAt.After(received) {
+					misses++
+				}
+			}
+		}
+		done, err := rt.isDone(ctx, thread, id)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if misses >= 3 {
+			// Three tenures of this process drained the inbox without meeting
+			// the signal: it was run and fell out of the done record.
+			return nil
+		}
+		s, _, _, err = rt.wake(ctx, thread, true)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			continue
+		}
+		select {
+		case <-time.After(rt.cfg.recovery):
+		case <-hold.C:
+			return errRetry
+		case <-rt.closing:
+			return errRetry
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops taking signals (Send returns ErrClosed), stops taking wake
+// notices, lets running runs finish and hands their leases back. When ctx
+// ends first it cancels the runs' contexts, waits for them to return and
+// returns ctx.Err(). It does not close the pubsub. It is idempotent and safe
+// to call concurrently; every call waits for the shutdown to complete.
+func (rt *Runtime) Close(ctx context.Context) error {
+	rt.closeOnce.Do(func() {
+		rt.mu.Lock()
+		rt.closed = true
+		close(rt.closing)
+		rt.mu.Unlock()
+		go func() {
+			defer close(rt.closedCh)
+			uerr := rt.workSub.Unsubscribe(context.Background())
+			if errors.Is(uerr, pubsub.ErrClosed) {
+				uerr = nil
+			}
+			rt.wg.Wait()
+			rt.hardCancel()
+			_ = rt.keeper.Close()
+			rt.closeErr = uerr
+		}()
+	})
+	select {
+	case <-rt.closedCh:
+		return rt.closeErr
+	case <-ctx.Done():
+		rt.hardCancel()
+		<-rt.closedCh
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,342 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// A session is this process's tenure of one thread: from the acquire that
+// won its lease to the release (or loss) of the lease, through any number of
+// runs handed over with TransferLease. While it lasts it is the only reader
+// of the thread's inbox (group InboxGroup, one delivery at a time, in order).
+type session struct {
+	rt        *Runtime
+	thread    string
+	startedAt time.Time
+
+	ready    chan struct{} // closed when the acquire is decided
+	acquired bool          // set before ready closes
+	holder   string        // the other holder when not acquired
+	err      error         // the acquire error
+
+	deliveries chan delivery
+	quit       chan struct{} // closed when the session takes no more deliveries
+	quitOnce   sync.Once
+	ended      chan struct{} // closed when the session is over
+	clean      bool          // set before ended closes: released, not lost
+
+	mu      sync.Mutex
+	held    *lease.Held
+	runID   string
+	seen    map[string]bool
+	waiters map[string][]chan struct{}
+	record  string
+}
+
+// delivery is one inbox event waiting in its handler for the session's
+// verdict: nil acks it, an error nacks it.
+type delivery struct {
+	ev  pubsub.Event
+	res chan error
+}
+
+var errLeaseLost = errors.New("signals: lease lost before the signal was used")
+
+func newSession(rt *Runtime, thread string) *session {
+	return &session{
+		rt: rt, thread: thread, startedAt: time.Now(),
+		ready: make(chan struct{}), deliveries: make(chan delivery),
+		quit: make(chan struct{}), ended: make(chan struct{}),
+		seen: make(map[string]bool), waiters: make(map[string][]chan struct{}),
+	}
+}
+
+func (s *session) current() (runID, owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runID, s.held.Owner()
+}
+
+// handle is the inbox handler: it hands the event to the session and returns
+// the session's verdict once the run that took it is finished with it.
+func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
+	d := delivery{ev: ev, res: make(chan error, 1)}
+	select {
+	case s.deliveries <- d:
+	case <-s.quit:
+		return errRetry
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-d.res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type awaitResult int
+
+const (
+	awaitDone awaitResult = iota
+	awaitEnded
+	awaitTimeout
+)
+
+// await waits until signal id was run (or skipped) by this session, the
+// session ended, or timeout/closing fire.
+func (s *session) await(id string, timeout <-chan time.Time, closing <-chan struct{}) awaitResult {
+	select {
+	case <-s.ready:
+	case <-timeout:
+		return awaitTimeout
+	}
+	s.mu.Lock()
+	if s.seen[id] {
+		s.mu.Unlock()
+		return awaitDone
+	}
+	ch := make(chan struct{})
+	s.waiters[id] = append(s.waiters[id], ch)
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return awaitDone
+	case <-s.ended:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.seen[id] {
+			return awaitDone
+		}
+		return awaitEnded
+	case <-timeout:
+		return awaitTimeout
+	case <-closing:
+		return awaitTimeout
+	}
+}
+
+func (s *session) markSeen(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.seen[id] = true
+		for _, ch := range s.waiters[id] {
+			close(ch)
+		}
+		delete(s.waiters, id)
+	}
+}
+
+// skip acks d without running it when its ID was run already.
+func (s *session) skip(d delivery) bool {
+	id := d.ev.ID
+	s.mu.Lock()
+	dup := s.seen[id] || recordHas(s.record, id)
+	s.mu.Unlock()
+	if !dup && !s.rt.done.has(s.thread, id) {
+		return false
+	}
+	s.markSeen([]string{id})
+	d.res <- nil
+	runID, owner := s.current()
+	s.rt.emit(Event{Kind: SignalSkipped, Thread: s.thread, RunID: runID, Owner: owner, Signals: []Signal{toSignal(d.ev)}})
+	return true
+}
+
+// complete records ds as run (done record, local cache, waiters) and acks
+// them.
+func (s *session) complete(ds []delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ev.ID
+	}
+	if s.rt.leases {
+		s.mu.Lock()
+		cached := s.record
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)
+		rec, err := writeRecord(ctx, s.rt.lp, s.thread, cached, ids, s.rt.cfg.dedup)
+		cancel()
+		if err != nil {
+			s.rt.log.Warn("signals: writing the done record failed", "thread", s.thread, "err", err)
+		}
+		s.mu.Lock()
+		s.record = rec
+		s.mu.Unlock()
+	}
+	for _, id := range ids {
+		s.rt.done.add(s.thread, id)
+	}
+	s.markSeen(ids)
+	for _, d := range ds {
+		d.res <- nil
+	}
+}
+
+func abandon(ds []delivery, err error) {
+	for _, d := range ds {
+		d.res <- err
+	}
+}
+
+func toSignal(ev pubsub.Event) Signal {
+	return Signal{ID: ev.ID, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata, Redelivered: ev.DeliveryAttempt > 1}
+}
+
+// loop runs the session: subscribe to the inbox, run each delivery (handing
+// the lease to a new owner with TransferLease between runs), and end when no
+// delivery came for the linger time, the runtime closes or the lease is lost.
+func (s *session) loop() {
+	rt := s.rt
+	defer rt.wg.Done()
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	lost := false
+	defer func() {
+		s.quitOnce.Do(func() { close(s.quit) })
+		rt.removeSession(s)
+		runID, owner := s.current()
+		if lost {
+			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+			if err := held.Release(ctx); err != nil {
+				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
+			}
+			cancel()
+			rt.emit(Event{Kind: Released, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token()})
+		}
+		s.mu.Lock()
+		s.clean = !lost
+		s.mu.Unlock()
+		close(s.ended)
+	}()
+
+	sub, err := rt.ps.Subscribe(context.Background(), InboxTopic(s.thread), s.handle,
+		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest),
+		pubsub.AckDeadline(max(rt.cfg.ttl/2, time.Millisecond)))
+	if err != nil {
+		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
+		return
+	}
+	defer func() {
+		// Stop deliveries before the lease is released (deferred above, runs
+		// after this): no handler holds an event once Unsubscribe returned.
+		s.quitOnce.Do(func() { close(s.quit) })
+		_ = sub.Unsubscribe(context.Background())
+	}()
+	if rt.leases {
+		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+		rec, err := rt.lp.GetLeaseOwner(ctx, recordKey(s.thread))
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.record = rec
+			s.mu.Unlock()
+		}
+	}
+
+	used := false
+	timer := time.NewTimer(rt.cfg.linger)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-s.deliveries:
+			if s.skip(d) {
+				continue
+			}
+			if used {
+				nextRun, nextOwner := rt.newRun()
+				s.mu.Lock()
+				prevRun := s.runID
+				s.mu.Unlock()
+				nh, err := held.Transfer(context.Background(), nextOwner)
+				if err != nil {
+					d.res <- fmt.Errorf("signals: hand-off failed: %w", err)
+					if held.Err() != nil {
+						lost = true
+						return
+					}
+					continue
+				}
+				rt.emit(Event{Kind: HandedOff, Thread: s.thread, RunID: nextRun, Owner: nextOwner, Token: nh.Token(),
+					PrevRunID: prevRun, PrevOwner: held.Owner(), PrevToken: held.Token()})
+				s.mu.Lock()
+				held, s.held, s.runID = nh, nh, nextRun
+				s.mu.Unlock()
+			}
+			used = true
+			if !s.run(held, d) {
+				lost = held.Err() != nil
+				return
+			}
+			timer.Reset(rt.cfg.linger)
+		case <-held.Done():
+			lost = true
+			return
+		case <-timer.C:
+			return
+		case <-rt.closing:
+			return
+		}
+	}
+}
+
+// run gives d to a new run of the agent and reports whether the session can
+// go on (false when the lease was lost or the runtime stopped waiting).
+func (s *session) run(held *lease.Held, d delivery) bool {
+	rt := s.rt
+	ctx, cancel := context.WithCancelCause(held.Context())
+	stop := context.AfterFunc(rt.hardCtx, func() { cancel(ErrClosed) })
+	defer func() {
+		stop()
+		cancel(nil)
+	}()
+	s.mu.Lock()
+	runID := s.runID
+	s.mu.Unlock()
+	sig := toSignal(d.ev)
+	r := &Run{
+		ID: runID, Thread: s.thread, Token: held.Token(), Owner: held.Owner(),
+		Signals: []Signal{sig}, Redelivered: []bool{sig.Redelivered},
+		s: s, ctx: ctx, cur: []delivery{d},
+	}
+	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
+	err := callAgent(ctx, rt.agent, r)
+	if ctx.Err() != nil {
+		// Lost or stopped: the signals it holds were not finished; leave them
+		// for the next owner, who gets them marked as redelivered.
+		abandon(r.cur, errLeaseLost)
+		r.cur = nil
+		rt.emit(Event{Kind: RunEnded, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Err: context.Cause(ctx)})
+		return false
+	}
+	s.complete(r.cur)
+	r.cur = nil
+	if err != nil {
+		rt.log.Warn("signals: agent returned an error", "thread", s.thread, "run", runID, "err", err)
+	}
+	rt.emit(Event{Kind: RunEnded, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Err: err})
+	return true
+}
+
+func callAgent(ctx context.Context, agent Agent, r *Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("signals: agent panicked: %v", p)
+		}
+	}()
+	return agent(ctx, r)
+}

@@ -1,0 +1,808 @@
+package inmem
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Retention and housekeeping of the in-memory topic logs.
+const (
+	// retainPerTopic is how many of a topic's newest events are kept beyond
+	// what its readers still need, so that StartFrom(Earliest) has something
+	// to read. Events a fan-out subscription or a group has not read yet are
+	// never trimmed.
+	retainPerTopic = 1024
+	// idleTopicAfter is how long a topic with no subscription and no group
+	// is kept after its last publish.
+	idleTopicAfter = 10 * time.Minute
+	// sweepEvery is how often Publish looks for idle topics to forget.
+	sweepEvery = time.Minute
+	// deadlinePoll bounds the wait for an ack deadline when the Backend's
+	// clock is not the system clock, since such a clock cannot wake anyone.
+	deadlinePoll = 20 * time.Millisecond
+)
+
+// reasonDeadline is the dead-letter reason of an event whose last attempt
+// ran out of its ack deadline.
+const reasonDeadline = "inmem: ack deadline exceeded"
+
+// bus is the pubsub half of a Backend.
+//
+// Locks: bus.mu before topic.mu; progressMu is a leaf. Nothing is called
+// with a topic lock held except code of this file that takes no other lock.
+type bus struct {
+	b *Backend
+
+	mu        sync.Mutex
+	closing   bool
+	topics    map[string]*topic
+	subs      map[*subscription]struct{}
+	lastSweep time.Time
+	pubs      sync.WaitGroup // publishes in flight
+	closed    chan struct{}  // closed when close has finished
+
+	progressMu sync.Mutex
+	progress   chan struct{} // closed on progress, when someone waits
+}
+
+func (bus *bus) init(b *Backend) {
+	bus.b = b
+	bus.topics = make(map[string]*topic)
+	bus.subs = make(map[*subscription]struct{})
+	bus.closed = make(chan struct{})
+	bus.lastSweep = time.Now()
+}
+
+// close stops every subscription, waits for their handlers and forgets the
+// topics. It runs once, after Backend.closed was set.
+func (bus *bus) close() {
+	bus.mu.Lock()
+	bus.closing = true
+	bus.mu.Unlock()
+	bus.pubs.Wait()
+
+	bus.mu.Lock()
+	subs := make([]*subscription, 0, len(bus.subs))
+	for s := range bus.subs {
+		subs = append(subs, s)
+	}
+	bus.mu.Unlock()
+	for _, s := range subs {
+		s.stop(true)
+	}
+	for _, s := range subs {
+		<-s.done
+	}
+	bus.mu.Lock()
+	bus.topics = make(map[string]*topic)
+	bus.mu.Unlock()
+	bus.progressed()
+	close(bus.closed)
+}
+
+// wait blocks until close has finished.
+func (bus *bus) wait() { <-bus.closed }
+
+// progressChan returns a channel that is closed at the next progress: a
+// delivery finished or a subscription stopped.
+func (bus *bus) progressChan() <-chan struct{} {
+	bus.progressMu.Lock()
+	defer bus.progressMu.Unlock()
+	if bus.progress == nil {
+		bus.progress = make(chan struct{})
+	}
+	return bus.progress
+}
+
+func (bus *bus) progressed() {
+	bus.progressMu.Lock()
+	if bus.progress != nil {
+		close(bus.progress)
+		bus.progress = nil
+	}
+	bus.progressMu.Unlock()
+}
+
+// topic is the log of one topic and its readers.
+type topic struct {
+	name string
+
+	mu          sync.Mutex
+	events      []pubsub.Event // retained events; events[i] has sequence base+i
+	base        uint64
+	next        uint64 // sequence of the next event
+	trimAt      int    // len(events) at which the next trim is tried
+	lastPublish time.Time
+	fanouts     map[*reader]struct{}
+	groups      map[string]*reader
+}
+
+// lockTopic returns the topic called name, created when missing, locked.
+// bus.mu must be held; the caller unlocks bus.mu and then the topic.
+func (bus *bus) lockTopic(name string) *topic {
+	t := bus.topics[name]
+	if t == nil {
+		t = &topic{
+			name:        name,
+			trimAt:      2 * retainPerTopic,
+			lastPublish: time.Now(),
+			fanouts:     make(map[*reader]struct{}),
+			groups:      make(map[string]*reader),
+		}
+		bus.topics[name] = t
+	}
+	t.mu.Lock()
+	return t
+}
+
+// sweep forgets topics that nobody reads and nobody published to for
+// idleTopicAfter. bus.mu must be held.
+func (bus *bus) sweep(now time.Time) {
+	if now.Sub(bus.lastSweep) < sweepEvery {
+		return
+	}
+	bus.lastSweep = now
+	for name, t := range bus.topics {
+		t.mu.Lock()
+		idle := len(t.fanouts) == 0 && len(t.groups) == 0 && now.Sub(t.lastPublish) >= idleTopicAfter
+		t.mu.Unlock()
+		if idle {
+			delete(bus.topics, name)
+		}
+	}
+}
+
+// trim drops the events every reader has read, except the newest
+// retainPerTopic. t.mu must be held.
+func (t *topic) trim() {
+	keep := t.base
+	if t.next > retainPerTopic {
+		keep = t.next - retainPerTopic
+	}
+	for r := range t.fanouts {
+		keep = min(keep, r.cursor)
+	}
+	for _, r := range t.groups {
+		keep = min(keep, r.cursor)
+	}
+	if keep > t.base {
+		n := int(keep - t.base)
+		clear(t.events[:n])
+		t.events = t.events[n:]
+		t.base = keep
+	}
+	t.trimAt = len(t.events) + retainPerTopic
+}
+
+// Publish stores e on topic and returns once it is in the topic's log, where
+// every subscription in place sees it. It assigns e.ID (a random UUID) and
+// e.CreatedAt (time.Now()) when they are empty and keeps its own copy of
+// e.Data and e.Metadata. It returns an error wrapping pubsub.ErrInvalid for
+// an empty topic or e.Type, pubsub.ErrClosed after Close, and ctx.Err() when
+// ctx has ended. Publish never blocks on subscribers.
+//
+// The Backend keeps, per topic, the events some subscription or group has
+// yet to read plus the newest 1024, which is what StartFrom(Earliest) reads;
+// a topic nobody subscribes to is forgotten after ten idle minutes.
+func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	if b.isClosed() {
+		return pubsub.ErrClosed
+	}
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return err
+	}
+	e, err := pubsub.PrepareEvent(e)
+	if err != nil {
+		return fmt.Errorf("%w (topic %q)", err, topic)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.Data = bytes.Clone(e.Data)
+	e.Metadata = maps.Clone(e.Metadata)
+	return b.bus.publish(topic, e)
+}
+
+// publish appends a prepared event to the log of topic.
+func (bus *bus) publish(name string, e pubsub.Event) error {
+	bus.mu.Lock()
+	if bus.closing {
+		bus.mu.Unlock()
+		return pubsub.ErrClosed
+	}
+	bus.pubs.Add(1)
+	defer bus.pubs.Done()
+	now := time.Now()
+	bus.sweep(now)
+	t := bus.lockTopic(name)
+	bus.mu.Unlock()
+
+	t.events = append(t.events, e)
+	t.next++
+	t.lastPublish = now
+	if len(t.events) >= t.trimAt {
+		t.trim()
+	}
+	for r := range t.fanouts {
+		r.notify()
+	}
+	for _, r := range t.groups {
+		r.notify()
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// Subscribe starts delivering the events of topic to h as the options say
+// (see package pubsub) and returns once the subscription is in place: with
+// StartFrom(Latest) it receives every event published after Subscribe
+// returned. Each subscription runs Concurrency(n) goroutines that hand it
+// events; they exit when the subscription is unsubscribed or the Backend
+// closes, after their running handler returned.
+//
+// A fan-out subscription gets every event; a nacked one (handler error or
+// panic) is redelivered to it after pubsub.RetryDelay. A group keeps its
+// position and its unacked events in the Backend while it has no members.
+// A group delivery is redelivered to any live member after a nack, at once
+// when its member unsubscribes without acking it, and to another member when
+// it is not acked within its AckDeadline (read from the Backend's Clock); a
+// late ack of the first attempt still counts. AckDeadline does not apply to
+// fan-out subscriptions: the only possible receiver is the one running it.
+//
+// It returns an error wrapping pubsub.ErrInvalid for bad input,
+// pubsub.ErrClosed after Close, and ctx.Err() when ctx has ended.
+func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) (pubsub.Subscription, error) {
+	if b.isClosed() {
+		return nil, pubsub.ErrClosed
+	}
+	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return b.bus.subscribe(topic, h, cfg)
+}
+
+func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (*subscription, error) {
+	bus.mu.Lock()
+	defer bus.mu.Unlock()
+	if bus.closing {
+		return nil, pubsub.ErrClosed
+	}
+	t := bus.lockTopic(name)
+	defer t.mu.Unlock()
+
+	start := t.next
+	if cfg.StartFrom == pubsub.Earliest {
+		start = t.base
+	}
+	var r *reader
+	if cfg.Group != "" {
+		r = t.groups[cfg.Group]
+		if r == nil {
+			r = newReader(t, cfg.Group, start)
+			t.groups[cfg.Group] = r
+		}
+	} else {
+		r = newReader(t, "", start)
+		t.fanouts[r] = struct{}{}
+	}
+	s := &subscription{
+		bus:  bus,
+		r:    r,
+		h:    h,
+		cfg:  cfg,
+		done: make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	r.members = append(r.members, s)
+	bus.subs[s] = struct{}{}
+	s.live.Store(int32(cfg.Concurrency))
+	for range cfg.Concurrency {
+		go s.work()
+	}
+	return s, nil
+}
+
+// Flush waits until every event published before Flush was called has been
+// handed to the handlers of the current subscriptions (for a group, to one of
+// its members; groups without members are skipped) and no handler is still
+// running for it. A nacked event that waits for its redelivery does not hold
+// Flush up. It returns ctx.Err() when ctx ends first and pubsub.ErrClosed
+// after Close (also when Close happens while it waits).
+func (b *Backend) Flush(ctx context.Context) error {
+	if b.isClosed() {
+		return pubsub.ErrClosed
+	}
+	type mark struct {
+		t    *topic
+		next uint64
+	}
+	bus := &b.bus
+	bus.mu.Lock()
+	if bus.closing {
+		bus.mu.Unlock()
+		return pubsub.ErrClosed
+	}
+	marks := make([]mark, 0, len(bus.topics))
+	for _, t := range bus.topics {
+		t.mu.Lock()
+		marks = append(marks, mark{t, t.next})
+		t.mu.Unlock()
+	}
+	bus.mu.Unlock()
+
+	for {
+		progress := bus.progressChan()
+		for len(marks) > 0 && marks[0].t.flushed(marks[0].next) {
+			marks = marks[1:]
+		}
+		if len(marks) == 0 {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-bus.closed:
+			return pubsub.ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// flushed reports whether every event before next was handed to every reader
+// with members, and none of them runs any more.
+func (t *topic) flushed(next uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for r := range t.fanouts {
+		if !r.flushed(next) {
+			return false
+		}
+	}
+	for _, r := range t.groups {
+		if len(r.members) > 0 && !r.flushed(next) {
+			return false
+		}
+	}
+	return true
+}
+
+// reader is a position in a topic with its redeliveries: the private reader
+// of a fan-out subscription, or a group shared by its members. Its fields are
+// guarded by t.mu.
+type reader struct {
+	t       *topic
+	group   string // "" for fan-out
+	cursor  uint64 // sequence of the next event to hand out
+	members []*subscription
+	retries []*item            // redeliveries, due at their readyAt
+	pending map[*item]struct{} // group attempts in flight, with deadlines
+	running map[uint64]int     // attempts and dead-letterings in flight, by sequence
+	wake    chan struct{}      // closed on news, when a worker waits
+}
+
+func newReader(t *topic, group string, cursor uint64) *reader {
+	return &reader{
+		t:       t,
+		group:   group,
+		cursor:  cursor,
+		pending: make(map[*item]struct{}),
+		running: make(map[uint64]int),
+	}
+}
+
+func (r *reader) notify() {
+	if r.wake != nil {
+		close(r.wake)
+		r.wake = nil
+	}
+}
+
+func (r *reader) flushed(next uint64) bool {
+	if r.cursor < next {
+		return false
+	}
+	for seq := range r.running {
+		if seq < next {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *reader) removeRetry(it *item) {
+	for i, x := range r.retries {
+		if x == it {
+			r.retries = append(r.retries[:i], r.retries[i+1:]...)
+			return
+		}
+	}
+}
+
+func (r *reader) queue(it *item, at time.Time) {
+	it.queued = true
+	it.readyAt = at
+	r.retries = append(r.retries, it)
+	r.notify()
+}
+
+func (r *reader) start(seq uint64) { r.running[seq]++ }
+
+func (r *reader) finish(seq uint64) {
+	if r.running[seq] <= 1 {
+		delete(r.running, seq)
+	} else {
+		r.running[seq]--
+	}
+}
+
+// item is one event of a reader and the state of its deliveries. Its fields
+// are guarded by t.mu, except ev, which never changes.
+type item struct {
+	seq           uint64
+	ev            pubsub.Event
+	attempts      int    // deliveries made
+	fails         int    // nacks and missed deadlines (not unsubscribes)
+	lastErr       string // reason of the last failure
+	readyAt       time.Time
+	deadline      time.Time       // of the newest group attempt, by the Backend's clock
+	holders       []*subscription // subscriptions running an attempt
+	queued        bool            // in reader.retries
+	done          bool            // acked or dead-lettered
+	deadLettering bool
+}
+
+func (it *item) heldBy(s *subscription) bool {
+	for _, h := range it.holders {
+		if h == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (it *item) release(s *subscription) {
+	for i, h := range it.holders {
+		if h == s {
+			it.holders = append(it.holders[:i], it.holders[i+1:]...)
+			return
+		}
+	}
+}
+
+// job is what a worker does next: run the handler for attempt of it, or,
+// with deadLetter, move it to the dead-letter topic.
+type job struct {
+	it         *item
+	attempt    int
+	deadLetter bool
+}
+
+// subscription is a pubsub.Subscription of the Backend.
+type subscription struct {
+	bus *bus
+	r   *reader
+	h   pubsub.Handler
+	cfg pubsub.SubscribeConfig
+
+	ctx    context.Context // handlers' ctx; cancelled by stop
+	cancel context.CancelFunc
+
+	stopOnce sync.Once
+	byClose  bool         // the Backend's Close stopped it; set in stopOnce
+	live     atomic.Int32 // workers still running
+	done     chan struct{}
+}
+
+// Topic returns the subscribed topic.
+func (s *subscription) Topic() string { return s.r.t.name }
+
+// Unsubscribe stops deliveries, cancels the ctx of running handlers and
+// returns after they have returned and the subscription's goroutines have
+// exited, or ctx.Err() when ctx ends first (the handlers keep running then;
+// call Unsubscribe again to wait for them). Group events it had not acked go
+// back to the group at once. It is idempotent; after the Backend closed it
+// returns pubsub.ErrClosed, once the handlers have returned.
+func (s *subscription) Unsubscribe(ctx context.Context) error {
+	s.stop(false)
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.byClose {
+		return pubsub.ErrClosed
+	}
+	return nil
+}
+
+// stop ends deliveries to s; its workers exit once their handler returns.
+func (s *subscription) stop(byClose bool) {
+	s.stopOnce.Do(func() {
+		s.byClose = byClose
+		s.cancel()
+		r, t := s.r, s.r.t
+		t.mu.Lock()
+		for i, m := range r.members {
+			if m == s {
+				r.members = append(r.members[:i], r.members[i+1:]...)
+				break
+			}
+		}
+		if r.group == "" {
+			delete(t.fanouts, r)
+		} else {
+			now := time.Now()
+			for it := range r.pending {
+				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.deadLettering {
+					delete(r.pending, it)
+					r.queue(it, now)
+				}
+			}
+		}
+		t.mu.Unlock()
+		s.bus.progressed()
+	})
+}
+
+// work hands events to the handler until the subscription stops.
+func (s *subscription) work() {
+	defer s.exit()
+	for {
+		j, ok := s.next()
+		if !ok {
+			return
+		}
+		if j.deadLetter {
+			s.deadLetter(j.it)
+			continue
+		}
+		s.settle(j.it, s.invoke(j))
+	}
+}
+
+// exit is run by each worker on its way out; the last one closes done.
+func (s *subscription) exit() {
+	if s.live.Add(-1) > 0 {
+		return
+	}
+	s.bus.mu.Lock()
+	delete(s.bus.subs, s)
+	s.bus.mu.Unlock()
+	close(s.done)
+}
+
+// next blocks until there is a job for s, or s stops (false).
+func (s *subscription) next() (job, bool) {
+	r, t := s.r, s.r.t
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		t.mu.Lock()
+		if s.ctx.Err() != nil {
+			t.mu.Unlock()
+			return job{}, false
+		}
+		j, wait, ok := s.take()
+		if ok {
+			t.mu.Unlock()
+			return j, true
+		}
+		if r.wake == nil {
+			r.wake = make(chan struct{})
+		}
+		wake := r.wake
+		t.mu.Unlock()
+
+		var tick <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-wake:
+		case <-tick:
+		case <-s.ctx.Done():
+			return job{}, false
+		}
+	}
+}
+
+// take returns the next job for s, or how long to wait before one may be due
+// (0: until notified). t.mu must be held.
+func (s *subscription) take() (j job, wait time.Duration, ok bool) {
+	r, t := s.r, s.r.t
+	now := time.Now()
+	var cnow time.Time
+	group := r.group != ""
+	if group {
+		cnow = s.bus.b.clock.Now()
+		for it := range r.pending {
+			if cnow.Before(it.deadline) {
+				continue
+			}
+			// The attempt ran out of time: a member that is still alive
+			// may take it over.
+			delete(r.pending, it)
+			it.fails++
+			it.lastErr = reasonDeadline
+			if s.cfg.MaxDeliveries > 0 && it.fails >= s.cfg.MaxDeliveries {
+				it.deadLettering = true
+				r.start(it.seq)
+				return job{it: it, deadLetter: true}, 0, true
+			}
+			r.queue(it, now)
+		}
+	}
+
+	// Redeliveries first, the longest due first.
+	var pick *item
+	pickAt := -1
+	for i, it := range r.retries {
+		if it.heldBy(s) {
+			continue // s is still running an attempt of it
+		}
+		if it.readyAt.After(now) {
+			if d := it.readyAt.Sub(now); wait == 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
+		if pick == nil || it.readyAt.Before(pick.readyAt) {
+			pick, pickAt = it, i
+		}
+	}
+	if pick != nil {
+		r.retries = append(r.retries[:pickAt], r.retries[pickAt+1:]...)
+		pick.queued = false
+		return s.deliver(pick, cnow), 0, true
+	}
+
+	if r.cursor < t.next {
+		if r.cursor < t.base {
+			r.cursor = t.base // not reached: trim keeps what readers need
+		}
+		it := &item{seq: r.cursor, ev: t.events[r.cursor-t.base]}
+		r.cursor++
+		return s.deliver(it, cnow), 0, true
+	}
+
+	if group && len(r.pending) > 0 {
+		var first time.Time
+		for it := range r.pending {
+			if first.IsZero() || it.deadline.Before(first) {
+				first = it.deadline
+			}
+		}
+		d := max(first.Sub(cnow), time.Millisecond)
+		if _, sys := s.bus.b.clock.(systemClock); !sys {
+			d = min(d, deadlinePoll)
+		}
+		if wait == 0 || d < wait {
+			wait = d
+		}
+	}
+	return job{}, wait, false
+}
+
+// deliver records a new attempt of it by s. t.mu must be held.
+func (s *subscription) deliver(it *item, cnow time.Time) job {
+	r := s.r
+	it.attempts++
+	it.holders = append(it.holders, s)
+	r.start(it.seq)
+	if r.group != "" {
+		it.deadline = cnow.Add(s.cfg.AckDeadline)
+		r.pending[it] = struct{}{}
+	}
+	return job{it: it, attempt: it.attempts}
+}
+
+// invoke runs the handler for j with its own copy of the event, turning a
+// panic into an error.
+func (s *subscription) invoke(j job) (err error) {
+	e := j.it.ev
+	e.Data = bytes.Clone(e.Data)
+	e.Metadata = maps.Clone(e.Metadata)
+	e.DeliveryAttempt = j.attempt
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("inmem: handler panicked: %v", p)
+		}
+	}()
+	return s.h(s.ctx, e)
+}
+
+// settle records the outcome of an attempt of it by s.
+func (s *subscription) settle(it *item, err error) {
+	r, t := s.r, s.r.t
+	deadLetter := false
+	t.mu.Lock()
+	it.release(s)
+	r.finish(it.seq)
+	switch {
+	case it.done:
+		// Another attempt acked it already.
+	case err == nil:
+		it.done = true
+		delete(r.pending, it)
+		if it.queued {
+			it.queued = false
+			r.removeRetry(it)
+		}
+	case it.queued || it.deadLettering || len(it.holders) > 0:
+		// Another attempt has taken over; this failure is superseded.
+	case s.ctx.Err() != nil && r.group == "":
+		// The fan-out subscription is going away, and its events with it.
+	case s.ctx.Err() != nil:
+		// Unsubscribed: back to the group at once.
+		delete(r.pending, it)
+		r.queue(it, time.Now())
+	default:
+		delete(r.pending, it)
+		it.fails++
+		it.lastErr = err.Error()
+		if s.cfg.MaxDeliveries > 0 && it.fails >= s.cfg.MaxDeliveries {
+			it.deadLettering = true
+			r.start(it.seq)
+			deadLetter = true
+		} else {
+			r.queue(it, time.Now().Add(pubsub.RetryDelay(it.attempts)))
+		}
+	}
+	if len(r.retries) > 0 {
+		r.notify()
+	}
+	t.mu.Unlock()
+	s.bus.progressed()
+	if deadLetter {
+		s.deadLetter(it)
+	}
+}
+
+// deadLetter publishes it to the dead-letter topic and acks it; if that
+// fails (the Backend is closing), it stays due for redelivery.
+func (s *subscription) deadLetter(it *item) {
+	r, t := s.r, s.r.t
+	e := it.ev
+	e.Data = bytes.Clone(e.Data)
+	e.Metadata = make(map[string]string, len(e.Metadata)+3)
+	maps.Copy(e.Metadata, it.ev.Metadata)
+	t.mu.Lock()
+	e.Metadata[pubsub.MetaDeadTopic] = t.name
+	e.Metadata[pubsub.MetaDeadReason] = it.lastErr
+	e.Metadata[pubsub.MetaDeadAttempts] = strconv.Itoa(it.attempts)
+	t.mu.Unlock()
+
+	err := s.bus.publish(pubsub.DeadLetterTopic(t.name), e)
+
+	t.mu.Lock()
+	it.deadLettering = false
+	r.finish(it.seq)
+	if err == nil {
+		it.done = true
+	} else if !it.done {
+		r.queue(it, time.Now().Add(pubsub.RetryDelay(it.attempts)))
+	}
+	t.mu.Unlock()
+	s.bus.progressed()
+}

@@ -1,0 +1,21 @@
+// Package pubsubtest is the conformance suite of package pubsub: every
+// pubsub.PubSub backend runs [Run] from its tests, and so proves that it keeps
+// each rule of the pubsub package documentation, one named subtest per rule.
+//
+// A backend's test is a few lines:
+//
+//	func TestPubSub(t *testing.T) {
+//		pubsubtest.Run(t, pubsubtest.Config{
+//			New:      func(t *testing.T) pubsub.PubSub { return mybackend.New(...) },
+//			Features: pubsubtest.Features{ConsumerGroups: true, AckDeadline: true, Persistent: true},
+//		})
+//	}
+//
+// Features turn off the subtests of capabilities a backend does not have;
+// those subtests are skipped with the reason, never passed silently. The
+// suite waits on channels bounded by [Config.Timeout] and never takes a sleep
+// as evidence; it does not check for leaked goroutines itself, so a backend's
+// package should run goleak in its TestMain.
+//
+// [BenchPublish] and [BenchEndToEnd] give every backend the same benchmarks.
+package pubsubtest

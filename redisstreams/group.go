@@ -450,7 +450,11 @@ func (g *groupSub) reclaimLoop() {
 		case <-t.C:
 		}
 		g.refreshQueued()
-		g.reclaim()
+		// Claim batch after batch while there is room and there are stale
+		// entries (a severed connection can leave many behind at once).
+		for more := g.reclaim(false); more && g.ctx.Err() == nil; {
+			more = g.reclaim(true)
+		}
 	}
 }
 
@@ -505,8 +509,18 @@ func (g *groupSub) refreshQueued() {
 // reclaim claims entries pending longer than AckDeadline on any consumer
 // (dead ones, typically), skipping those in flight here, as far as free
 // tokens allow. The delivery count comes from XPENDING; XCLAIM adds one.
-func (g *groupSub) reclaim() {
+// It reports whether it claimed a full batch (there may be more).
+// With wait it waits for a free token first.
+func (g *groupSub) reclaim(wait bool) (more bool) {
 	n := 0
+	if wait {
+		select {
+		case <-g.tokens:
+			n++
+		case <-g.ctx.Done():
+			return false
+		}
+	}
 	for n < g.s.b.opts.BatchSize {
 		select {
 		case <-g.tokens:
@@ -517,7 +531,7 @@ func (g *groupSub) reclaim() {
 		break
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	used := 0
 	defer func() { g.putTokens(n - used) }()
@@ -527,7 +541,7 @@ func (g *groupSub) reclaim() {
 		Start: "-", End: "+", Count: int64(n),
 	}).Result()
 	if err != nil || len(pend) == 0 {
-		return
+		return false
 	}
 	counts := make(map[string]int64, len(pend))
 	var ids []string
@@ -541,14 +555,14 @@ func (g *groupSub) reclaim() {
 	}
 	g.mu.Unlock()
 	if len(ids) == 0 {
-		return
+		return false
 	}
 	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
 		Stream: g.key, Group: g.group, Consumer: g.consumer,
 		MinIdle: g.cfg.AckDeadline, Messages: ids,
 	}).Result()
 	if err != nil {
-		return
+		return false
 	}
 	now := time.Now()
 	for _, msg := range msgs {
@@ -562,6 +576,7 @@ func (g *groupSub) reclaim() {
 		g.ch <- m
 		used++
 	}
+	return len(pend) == n && used > 0
 }
 
 // acker writes acks in batches: one goroutine takes every queued ack and

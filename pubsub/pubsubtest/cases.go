@@ -782,7 +782,8 @@ func (s *suite) concurrentPublishers(t *testing.T) {
 			target = peer
 		}
 		wg.Go(func() {
-			ctx := s.ctx(t)
+			ctx, cancel := context.WithTimeout(context.Background(), s.c.Timeout)
+			defer cancel()
 			for i := range each {
 				if err := target.Publish(ctx, topic, seqEvent(p*each+i)); err != nil {
 					errs <- err

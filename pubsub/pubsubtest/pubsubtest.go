@@ -209,7 +209,9 @@ func (s *suite) subscribe(t *testing.T, ps pubsub.PubSub, topic string, h pubsub
 
 func (s *suite) publish(t *testing.T, ps pubsub.PubSub, topic string, e pubsub.Event) {
 	t.Helper()
-	if err := ps.Publish(s.ctx(t), topic, e); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), s.c.Timeout)
+	defer cancel()
+	if err := ps.Publish(ctx, topic, e); err != nil {
 		t.Fatalf("Publish(%q, %s): %v", topic, e.Type, err)
 	}
 }
@@ -343,7 +345,7 @@ func (r *recorder) waitType(t *testing.T, s *suite, typ string) []delivery {
 	})
 }
 
-// distinctIDs waits until n distinct event IDs arrived.
+// waitDistinct waits until n distinct event IDs arrived.
 func (r *recorder) waitDistinct(t *testing.T, s *suite, n int) []delivery {
 	t.Helper()
 	return r.waitFor(t, s, strconv.Itoa(n)+" distinct events", func(ds []delivery) bool {

@@ -63,9 +63,10 @@ type subscription interface {
 }
 
 // numWriters is the number of goroutines that send coalesced publish
-// pipelines. More than one lets a pipeline be encoded while another waits
-// for its replies, and lets Cluster nodes be written in parallel.
-const numWriters = 2
+// pipelines. One measured best on two cores: while it waits for a
+// pipeline's replies the queue fills, so the next pipeline is larger. On
+// Cluster, go-redis sends each pipeline's per-node parts in parallel.
+const numWriters = 1
 
 func (s *streamBus) init(b *Backend) {
 	s.b = b

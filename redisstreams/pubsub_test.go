@@ -130,14 +130,14 @@ func TestPublishInvalidMetadata(t *testing.T) {
 	}
 }
 
-func TestNewURLInvalid(t *testing.T) {
+func TestPubSubNewURLInvalid(t *testing.T) {
 	_, err := NewURL(t.Context(), "not a url", Options{})
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("NewURL(%q): got %v, want ErrInvalid", "not a url", err)
 	}
 }
 
-func TestNewURLClosedPortNoHang(t *testing.T) {
+func TestPubSubNewURLClosedPortNoHang(t *testing.T) {
 	m := miniredis.RunT(t)
 	addr := m.Addr()
 	m.Close() // the port is now closed

@@ -294,9 +294,9 @@ func (h psCountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// TestPubSubGroupReclaimAndCleanup checks that an unsubscribed group member
-// leaves no consumer behind when it acked everything, and that Close writes
-// acks of handlers that returned nil.
+// TestPubSubGroupAckWrittenOnClose checks that Close writes the acks of
+// handlers that returned nil and deletes the consumer, which has nothing
+// pending.
 func TestPubSubGroupAckWrittenOnClose(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := srv.Client(t)

@@ -69,7 +69,7 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 	}
 	names, err := b.scanLeases(ctx, prefix)
 	if err != nil {
-		return nil, b.leaseErr("list", prefix+"*", err)
+		return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)
 	}
 	var out []lease.Info
 	for start := 0; start < len(names); start += PipelineChunk {
@@ -78,7 +78,7 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 			return p.EvalSha(ctx, sha, []string{b.keys.Lease(chunk[i])})
 		})
 		if err != nil {
-			return nil, b.leaseErr("list", prefix+"*", err)
+			return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)
 		}
 		for i, c := range cmds {
 			info, ok, err := parseInspect(chunk[i], c)

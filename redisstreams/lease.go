@@ -199,7 +199,7 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 			return p.EvalSha(ctx, sha, []string{b.keys.Lease(r.Key)}, r.Owner, ttlMillis(r.TTL))
 		})
 		if err != nil {
-			return nil, b.leaseErr("renew", chunk[0].Key, fmt.Errorf("batch of %d: %w", len(chunk), err))
+			return nil, b.batchErr(fmt.Sprintf("renew %d leases", len(reqs)), err)
 		}
 		for i, c := range cmds {
 			n, err := c.Int64()
@@ -252,13 +252,19 @@ func (b *Backend) pipelineScript(ctx context.Context, script *redis.Script, n in
 	}
 }
 
-// leaseErr wraps a Redis error of a lease operation. A client closed by
-// Close (NewURL's own client) reads as lease.ErrClosed.
+// leaseErr wraps a Redis error of a lease operation on key. A client closed
+// by Close (NewURL's own client) reads as lease.ErrClosed.
 func (b *Backend) leaseErr(op, key string, err error) error {
+	return b.batchErr(fmt.Sprintf("%s lease %q", op, key), err)
+}
+
+// batchErr wraps a Redis error of a lease operation described by what, as
+// leaseErr does.
+func (b *Backend) batchErr(what string, err error) error {
 	if errors.Is(err, redis.ErrClosed) && b.isClosed() {
 		err = lease.ErrClosed
 	}
-	return fmt.Errorf("redisstreams: %s lease %q: %w", op, key, err)
+	return fmt.Errorf("redisstreams: %s: %w", what, err)
 }
 
 // ttlMillis converts ttl (at least 1ms, as lease.CheckTTL ensures) to whole

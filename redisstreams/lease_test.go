@@ -434,3 +434,48 @@ func TestLeaseRestartAppendOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseSeveredConnection cuts every connection to Redis and refuses new
+// ones: each operation returns an error (never a silent "not acquired" or
+// "not renewed"), and all work again once Redis is reachable; the lease
+// taken before the cut is intact.
+func TestLeaseSeveredConnection(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	p := redistest.NewProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	b := newBackendOn(t, c)
+	first := mustAcquire(t, b, "k", "a", time.Minute)
+
+	p.SetRefuse(true)
+	p.CutAll()
+	ctx := t.Context()
+	checks := map[string]error{}
+	var r lease.Result
+	r, checks["acquire"] = b.AcquireLease(ctx, "k", "a", time.Minute)
+	if r.Acquired {
+		t.Errorf("acquire over a severed connection = %+v, want not acquired", r)
+	}
+	_, checks["owner"] = b.GetLeaseOwner(ctx, "k")
+	checks["release"] = b.ReleaseLease(ctx, "k", "a")
+	_, checks["renew"] = b.RenewLease(ctx, "k", "a", time.Minute)
+	_, checks["transfer"] = b.TransferLease(ctx, "k", "a", "b", time.Minute)
+	_, checks["inspect"] = b.InspectLease(ctx, "k")
+	_, checks["list"] = b.ListLeases(ctx, "")
+	_, checks["batch"] = b.RenewLeases(ctx, []lease.Renewal{{Key: "k", Owner: "a", TTL: time.Minute}})
+	for name, err := range checks {
+		if err == nil {
+			t.Errorf("%s over a severed connection: nil error", name)
+		} else if errors.Is(err, redis.Nil) || errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrClosed) {
+			t.Errorf("%s over a severed connection: %v, want a transport error", name, err)
+		}
+	}
+
+	p.SetRefuse(false)
+	if info := mustInspect(t, b, "k"); info.Owner != "a" || info.Token != first.Token {
+		t.Fatalf("after reconnecting: %+v, want a's lease with token %d", info, first.Token)
+	}
+	if !mustRenew(t, b, "k", "a", time.Minute) {
+		t.Fatal("renew after reconnecting = false")
+	}
+}

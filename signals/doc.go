@@ -14,7 +14,7 @@
 // Every accepted signal goes two places: the thread's durable inbox, topic
 // [InboxTopic] ("signals.thread.<thread>"), and a wake notice on the shared
 // [WorkTopic], which every runtime consumes as one member of [WorkGroup] with
-// an ack deadline of the lease TTL. Send then tries the thread's lease
+// an ack deadline of half the lease TTL. Send then tries the thread's lease
 // ([LeaseKey]); the winner starts a tenure (Woke), a process that already
 // holds it has nothing more to do (Delivered), and otherwise the holder is
 // named (Forwarded). That is three round trips on the fast path: inbox, notice,
@@ -46,7 +46,7 @@
 // local cache). Its holder waits on the local tenure when this process holds
 // the thread; otherwise it tries the lease: when it wins it starts a tenure
 // (a recovery), and when another process holds it, it checks again every
-// recovery interval and nacks after half the ack deadline so the notice is
+// recovery interval and nacks after a quarter of the TTL so the notice is
 // retried. So while any signal is not done, some notice for its thread is
 // unacked and will keep some runtime trying to take the thread.
 //
@@ -85,7 +85,7 @@
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A
-// wake notice whose signal fell out of the record is acked after three clean
+// wake notice whose signal fell out of the record is acked after ten clean
 // tenures of its holder met nothing. Without a lease provider, deduplication
 // is per process.
 package signals

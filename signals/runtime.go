@@ -139,7 +139,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	rt.hardCtx, rt.hardCancel = context.WithCancel(context.Background())
 	sub, err := ps.Subscribe(context.Background(), WorkTopic, rt.onNotice,
 		pubsub.Group(WorkGroup), pubsub.StartFrom(pubsub.Earliest),
-		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl))
+		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl/2))
 	if err != nil {
 		rt.hardCancel()
 		_ = rt.keeper.Close()
@@ -330,7 +330,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 		return nil
 	}
 	received := time.Now()
-	hold := time.NewTimer(rt.cfg.ttl / 2)
+	hold := time.NewTimer(rt.cfg.ttl / 4)
 	defer hold.Stop()
 	misses := 0
 	for {
@@ -363,8 +363,8 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 		if done {
 			return nil
 		}
-		if misses >= 3 {
-			// Three tenures of this process drained the inbox without meeting
+		if misses >= 10 {
+			// Ten tenures of this process drained the inbox without meeting
 			// the signal: it was run and fell out of the done record.
 			return nil
 		}

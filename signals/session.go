@@ -226,7 +226,7 @@ func (s *session) loop() {
 
 	sub, err := rt.ps.Subscribe(context.Background(), InboxTopic(s.thread), s.handle,
 		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest),
-		pubsub.AckDeadline(max(rt.cfg.ttl/2, time.Millisecond)))
+		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)))
 	if err != nil {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
 		return
@@ -249,7 +249,9 @@ func (s *session) loop() {
 	}
 
 	used := false
-	timer := time.NewTimer(rt.cfg.linger)
+	// The first wait also covers the pubsub taking over the entries a dead
+	// predecessor had read (pending longer than the inbox ack deadline).
+	timer := time.NewTimer(max(rt.cfg.linger, inboxAckDeadline(rt.cfg.ttl)+100*time.Millisecond))
 	defer timer.Stop()
 	for {
 		select {
@@ -339,4 +341,11 @@ func callAgent(ctx context.Context, agent Agent, r *Run) (err error) {
 		}
 	}()
 	return agent(ctx, r)
+}
+
+// inboxAckDeadline is the ack deadline of inbox subscriptions: a quarter of
+// the lease TTL, so that what a dead owner had read is reclaimable by the time
+// its lease expired.
+func inboxAckDeadline(ttl time.Duration) time.Duration {
+	return max(ttl/4, 10*time.Millisecond)
 }

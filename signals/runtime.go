@@ -333,6 +333,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	hold := time.NewTimer(rt.cfg.ttl / 4)
 	defer hold.Stop()
 	misses := 0
+	first := ev.DeliveryAttempt <= 1
 	for {
 		select {
 		case <-rt.closing:
@@ -367,6 +368,21 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 			// Ten tenures of this process drained the inbox without meeting
 			// the signal: it was run and fell out of the done record.
 			return nil
+		}
+		if first {
+			// Give the sender's own fast path (its acquire right after this
+			// notice was published) one recovery interval to win first.
+			first = false
+			select {
+			case <-time.After(rt.cfg.recovery):
+			case <-hold.C:
+				return errRetry
+			case <-rt.closing:
+				return errRetry
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
 		}
 		s, _, _, err = rt.wake(ctx, thread, true)
 		if err != nil {

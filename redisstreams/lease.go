@@ -236,7 +236,7 @@ func (b *Backend) pipelineScript(ctx context.Context, script *redis.Script, n in
 			err := cmds[i].Err()
 			switch {
 			case err == nil, errors.Is(err, redis.Nil):
-			case redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0:
+			case (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) && attempt == 0:
 				missing = append(missing, i)
 			default:
 				return nil, err

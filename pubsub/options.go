@@ -58,6 +58,9 @@ type SubscribeConfig struct {
 	// MaxDeliveries is the number of failed attempts after which the event
 	// goes to DeadLetterTopic; 0 means never.
 	MaxDeliveries int
+	// ClaimPending makes the new member take over, before any new event,
+	// every delivery of its group that is pending on another member.
+	ClaimPending bool
 
 	err error
 }
@@ -121,6 +124,21 @@ func MaxDeliveries(n int) SubscribeOption {
 	}
 }
 
+// ClaimPending makes a new member of a group take over every delivery that
+// is pending (delivered, not yet acked) on any other member of the group, live
+// or dead, and receive those first, in publish order and counted as
+// redeliveries, before any event not yet delivered. Without it such
+// deliveries come back only after AckDeadline, behind newer events.
+//
+// Use it only when the caller is known, by other means, to be the group's
+// sole legitimate consumer (for example it holds a fenced lease on the
+// group's topic, as the signals runtime does for a thread's inbox): a member
+// still running a taken delivery may ack it too, and the event then counts as
+// acked. It requires Group; on a fan-out subscription it is an error.
+func ClaimPending() SubscribeOption {
+	return func(c *SubscribeConfig) { c.ClaimPending = true }
+}
+
 func (c *SubscribeConfig) fail(err error) {
 	if c.err == nil {
 		c.err = err
@@ -145,6 +163,9 @@ func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
 	}
 	if c.err != nil {
 		return SubscribeConfig{}, c.err
+	}
+	if c.ClaimPending && c.Group == "" {
+		return SubscribeConfig{}, fmt.Errorf("%w: claim pending needs a group (fan-out subscriptions have nothing pending)", ErrInvalid)
 	}
 	return c, nil
 }

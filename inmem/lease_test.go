@@ -38,7 +38,7 @@ func TestLeaseConformance(t *testing.T) {
 // short TTL, so that lazy expiry against time.Now is covered too.
 func TestLeaseConformanceSystemClock(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sleeps through expiry")
+		t.Skip("skipped with -short: sleeps through real lease expiry")
 	}
 	leasetest.Run(t, leasetest.Config{
 		New: func(t *testing.T) lease.Provider {

@@ -1,0 +1,392 @@
+package signals_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// benchPoolSize is the go-redis PoolSize of every benchmark client. Each
+// active thread tenure pins one pool connection for its inbox subscription's
+// blocking reader (redisstreams gives every group subscription a dedicated
+// connection from the client's pool), so a runtime with ~1,000 active threads
+// needs ~1,000 connections besides the ones Send, acks and lease renewals
+// use. With the go-redis default (10 per GOMAXPROCS) the pool runs dry after
+// a few dozen tenures and Send then waits for a connection (up to
+// PoolTimeout), which would measure pool starvation, not the runtime.
+const benchPoolSize = 2000
+
+// benchArrival is an agent being given a signal.
+type benchArrival struct {
+	id string
+	at time.Time
+}
+
+// benchRuntime starts a Runtime on its own go-redis client (PoolSize
+// benchPoolSize) and Backend against srv. Cleanup closes the runtime, the
+// backend, then the client.
+func benchRuntime(b *testing.B, srv *redistest.Server, id string, agent signals.Agent, opts ...signals.Option) *signals.Runtime {
+	b.Helper()
+	o := srv.ClientOptions()
+	o.PoolSize = benchPoolSize
+	c := redis.NewClient(o)
+	be, err := redisstreams.New(c, redisstreams.Options{})
+	if err != nil {
+		_ = c.Close()
+		b.Fatal(err)
+	}
+	rt, err := signals.New(be, agent, append([]signals.Option{signals.WithProcessID(id)}, opts...)...)
+	if err != nil {
+		_ = be.Close()
+		_ = c.Close()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			b.Errorf("runtime %s Close: %v", id, err)
+		}
+		if err := be.Close(); err != nil {
+			b.Errorf("backend %s Close: %v", id, err)
+		}
+		_ = c.Close()
+	})
+	return rt
+}
+
+// benchStart skips under -short and starts a private redis-server.
+func benchStart(b *testing.B) *redistest.Server {
+	b.Helper()
+	if testing.Short() {
+		b.Skip("real-Redis benchmark: skipped under -short")
+	}
+	redistest.Require(b)
+	return redistest.Start(b, redistest.Options{})
+}
+
+// benchAwait waits for the arrival of signal id on got, skipping arrivals of
+// other signals (none are expected).
+func benchAwait(b *testing.B, got <-chan benchArrival, id string) time.Time {
+	b.Helper()
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case a := <-got:
+			if a.id == id {
+				return a.at
+			}
+			b.Logf("unexpected arrival of %s while waiting for %s", a.id, id)
+		case <-timeout.C:
+			b.Fatalf("signal %s did not reach the agent within 30s", id)
+		}
+	}
+}
+
+// benchPercentile returns the q-quantile (nearest rank) of sorted ds.
+func benchPercentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// benchReport reports p50/p99 (and max) of the Send→agent latencies and of
+// Send's own duration, in µs.
+func benchReport(b *testing.B, lat, send []time.Duration) {
+	slices.Sort(lat)
+	slices.Sort(send)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	b.ReportMetric(us(benchPercentile(lat, 0.50)), "p50-µs")
+	b.ReportMetric(us(benchPercentile(lat, 0.99)), "p99-µs")
+	b.ReportMetric(us(benchPercentile(lat, 1)), "max-µs")
+	b.ReportMetric(us(benchPercentile(send, 0.50)), "send-p50-µs")
+	b.ReportMetric(us(benchPercentile(send, 0.99)), "send-p99-µs")
+}
+
+// BenchmarkSendWoke measures Send→agent latency when Send wakes a thread:
+// each iteration sends one signal to a fresh thread nobody holds, and waits
+// until the run started by it is given the signal (closed loop, one signal in
+// flight). p50-µs/p99-µs are Send start → agent given the signal;
+// send-p50-µs/send-p99-µs are Send's own duration.
+func BenchmarkSendWoke(b *testing.B) {
+	srv := benchStart(b)
+	got := make(chan benchArrival, 16)
+	agent := func(ctx context.Context, run *signals.Run) error {
+		now := time.Now()
+		for _, s := range run.Signals {
+			got <- benchArrival{s.ID, now}
+		}
+		return nil
+	}
+	rt := benchRuntime(b, srv, "bench-woke", agent)
+	// Warm-up: connections, consumer groups of WorkTopic, the lease script.
+	if _, err := rt.Send(b.Context(), "warm", signals.Signal{ID: "warm", Type: "msg"}); err != nil {
+		b.Fatal(err)
+	}
+	benchAwait(b, got, "warm")
+
+	lat := make([]time.Duration, 0, b.N)
+	send := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		id := fmt.Sprint("w", i)
+		start := time.Now()
+		acc, err := rt.Send(b.Context(), fmt.Sprint("woke-", i), signals.Signal{ID: id, Type: "msg"})
+		sent := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if acc.Action != signals.Woke {
+			b.Fatalf("send %d: %+v, want Woke", i, acc)
+		}
+		at := benchAwait(b, got, id)
+		lat = append(lat, at.Sub(start))
+		send = append(send, sent.Sub(start))
+	}
+	b.StopTimer()
+	benchReport(b, lat, send)
+}
+
+// BenchmarkSendForwarded measures Send→agent latency when another runtime
+// owns the thread: runtime "owner" (its own client and Backend) holds one
+// thread with a run that takes every follow-up with Run.Next, and runtime
+// "sender" sends to that thread, one signal in flight at a time. p50-µs/p99-µs
+// are sender's Send start → owner's agent given the signal by Run.Next. The
+// inbox XADD is Send's first round trip, so the owner often has the signal
+// before Send returned: p50-µs can be below send-p50-µs.
+func BenchmarkSendForwarded(b *testing.B) {
+	srv := benchStart(b)
+	got := make(chan benchArrival, 16)
+	ownerAgent := func(ctx context.Context, run *signals.Run) error {
+		now := time.Now()
+		for _, s := range run.Signals {
+			got <- benchArrival{s.ID, now}
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				return nil // runtime closing (next wait is an hour)
+			}
+			got <- benchArrival{s.ID, time.Now()}
+		}
+	}
+	owner := benchRuntime(b, srv, "bench-owner", ownerAgent, signals.WithNextWait(time.Hour))
+	sender := benchRuntime(b, srv, "bench-sender", func(context.Context, *signals.Run) error {
+		b.Error("the sender ran a signal: the owner lost the thread")
+		return nil
+	})
+	const thread = "forwarded"
+	if acc, err := owner.Send(b.Context(), thread, signals.Signal{ID: "seed", Type: "msg"}); err != nil || acc.Action != signals.Woke {
+		b.Fatalf("seed send: %+v, %v; want Woke", acc, err)
+	}
+	benchAwait(b, got, "seed")
+	// Warm-up of the sender's connections.
+	for i := range 3 {
+		id := fmt.Sprint("warm", i)
+		if _, err := sender.Send(b.Context(), thread, signals.Signal{ID: id, Type: "msg"}); err != nil {
+			b.Fatal(err)
+		}
+		benchAwait(b, got, id)
+	}
+
+	lat := make([]time.Duration, 0, b.N)
+	send := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		id := fmt.Sprint("f", i)
+		start := time.Now()
+		acc, err := sender.Send(b.Context(), thread, signals.Signal{ID: id, Type: "msg"})
+		sent := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if acc.Action != signals.Forwarded {
+			b.Fatalf("send %d: %+v, want Forwarded", i, acc)
+		}
+		at := benchAwait(b, got, id)
+		lat = append(lat, at.Sub(start))
+		send = append(send, sent.Sub(start))
+	}
+	b.StopTimer()
+	benchReport(b, lat, send)
+}
+
+// BenchmarkSignalsThroughput runs 3 runtimes in one process (3 Backends, each
+// on its own client) over 1,000 threads: b.N signals, signal i to thread
+// i%1000 sent from runtime i%3 by a pool of concurrent senders, and reports
+// signals/s from the first Send until the agents completed every signal (an
+// agent completes a signal when it has taken it, from Run.Signals or
+// Run.Next; each signal is counted once).
+func BenchmarkSignalsThroughput(b *testing.B) {
+	const (
+		threads  = 1000
+		runtimes = 3
+		senders  = 96 // concurrent Send calls, spread over the runtimes
+	)
+	srv := benchStart(b)
+	var (
+		mu       sync.Mutex
+		seen     = make(map[string]bool, b.N)
+		done     = make(chan struct{})
+		finished time.Time
+		dups     atomic.Int64
+		warmed   = make(chan struct{}, runtimes)
+		// Per signal i: when its Send started and when an agent took it
+		// (Unix ns), and Send's Action.
+		sentAt = make([]atomic.Int64, b.N)
+		doneAt = make([]atomic.Int64, b.N)
+		actOf  = make([]atomic.Int32, b.N)
+	)
+	take := func(id string) {
+		if strings.HasPrefix(id, "warm-") {
+			select {
+			case warmed <- struct{}{}:
+			default:
+			}
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[id] {
+			dups.Add(1)
+			return
+		}
+		seen[id] = true
+		if i, err := strconv.Atoi(strings.TrimPrefix(id, "s")); err == nil && i >= 0 && i < b.N {
+			doneAt[i].Store(time.Now().UnixNano())
+		}
+		if len(seen) == b.N {
+			finished = time.Now()
+			close(done)
+		}
+	}
+	agent := func(ctx context.Context, run *signals.Run) error {
+		for _, s := range run.Signals {
+			take(s.ID)
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				return nil
+			}
+			take(s.ID)
+		}
+	}
+	// Tenures started from a wake notice rather than by a Send: each is a
+	// thread whose signal waited for recovery (a recovery interval or more).
+	var recovered atomic.Int64
+	observe := func(e signals.Event) {
+		if e.Kind == signals.Recovered {
+			recovered.Add(1)
+		}
+	}
+	rts := make([]*signals.Runtime, runtimes)
+	for i := range rts {
+		rts[i] = benchRuntime(b, srv, fmt.Sprint("tp-", i), agent, signals.WithObserver(observe))
+	}
+	// Warm-up: every runtime's connections and the lease script, on threads
+	// outside the measured set (their signals are not counted).
+	for i, rt := range rts {
+		if _, err := rt.Send(b.Context(), fmt.Sprint("tp-warm-", i), signals.Signal{ID: fmt.Sprint("warm-", i), Type: "msg"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range runtimes {
+		select {
+		case <-warmed:
+		case <-time.After(30 * time.Second):
+			b.Fatal("warm-up signals did not run within 30s")
+		}
+	}
+
+	var (
+		next    atomic.Int64
+		actions [signals.Forwarded + 1]atomic.Int64
+		wg      sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= b.N {
+					return
+				}
+				id := fmt.Sprint("s", i)
+				sentAt[i].Store(time.Now().UnixNano())
+				acc, err := rts[i%runtimes].Send(b.Context(), fmt.Sprint("tp-", i%threads), signals.Signal{ID: id, Type: "msg"})
+				if err != nil {
+					b.Errorf("send %s: %v", id, err)
+					take(id) // do not wait for it
+					continue
+				}
+				if acc.Action >= signals.Woke && acc.Action <= signals.Forwarded {
+					actions[acc.Action].Add(1)
+					actOf[i].Store(int32(acc.Action))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sentAll := time.Since(start)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		b.Fatalf("only %d of %d signals completed within 5m", n, b.N)
+	}
+	b.StopTimer()
+	elapsed := finished.Sub(start)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "signals/s")
+	b.ReportMetric(float64(b.N)/sentAll.Seconds(), "sends/s")
+	for _, a := range []signals.Action{signals.Woke, signals.Delivered, signals.Forwarded} {
+		b.ReportMetric(100*float64(actions[a].Load())/float64(b.N), a.String()+"-%")
+	}
+	// Sent→completed latency per signal, overall and per Action of its Send.
+	all := make([]time.Duration, 0, b.N)
+	per := map[signals.Action][]time.Duration{}
+	for i := range b.N {
+		d := time.Duration(doneAt[i].Load() - sentAt[i].Load())
+		all = append(all, d)
+		a := signals.Action(actOf[i].Load())
+		per[a] = append(per[a], d)
+	}
+	slices.Sort(all)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(benchPercentile(all, 0.50)), "done-p50-ms")
+	b.ReportMetric(ms(benchPercentile(all, 0.99)), "done-p99-ms")
+	b.ReportMetric(float64(recovered.Load()), "recovered")
+	for _, a := range []signals.Action{0, signals.Woke, signals.Delivered, signals.Forwarded} {
+		ds := per[a]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		slow := len(ds) - sort.Search(len(ds), func(i int) bool { return ds[i] >= 500*time.Millisecond })
+		b.Logf("%v: %d signals, sent→completed p50 %v p99 %v max %v, %d took ≥500ms",
+			a, len(ds), benchPercentile(ds, 0.5), benchPercentile(ds, 0.99), benchPercentile(ds, 1), slow)
+	}
+	if n := dups.Load(); n > 0 {
+		b.Errorf("%d signals were given to an agent more than once", n)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
 )
 
 // demoConfig holds the demo's flags.
@@ -39,8 +40,9 @@ SIGKILL the owner of a thread in the middle of a run, and show what happened:
 a per-thread timeline (which process owned each thread when, hand-offs, the
 takeover after the kill) and a verdict computed from the events the workers
 recorded in Redis: one owner at a time (fencing tokens strictly increasing
-per thread, no overlapping runs), every signal run, gap-free hand-offs.
-Exits 1 when a guarantee broke.
+per thread, no overlapping runs), every signal run, gap-free hand-offs, and
+the takeover of the killed worker's threads. It stops as soon as every
+signal ran; exits 1 when a guarantee broke.
 
 Without --redis (or LEASEBUS_REDIS_URL) it runs on an embedded
 Redis-protocol server (miniredis) on a loopback port.`)
@@ -118,7 +120,9 @@ Redis-protocol server (miniredis) on a loopback port.`)
 	}
 	fmt.Fprintf(e.stdout, "leasebus demo: %d workers, %d threads, %d signals per thread, lease TTL %v, seed %d\n",
 		c.workers, c.threads, c.signals, c.ttl, c.seed)
-	fmt.Fprintf(e.stdout, "on the %s\n\n", where)
+	fmt.Fprintf(e.stdout, "on the %s, keys under %s\n", where, keyspace)
+	fmt.Fprintf(e.stdout, "(to watch the thread leases meanwhile: leasebus leases --watch --redis %s --keyspace %s --prefix %s)\n\n",
+		redact(url), keyspace, signals.InboxTopic(""))
 	return d.run(ctx)
 }
 
@@ -135,6 +139,7 @@ type demo struct {
 	progressShown    bool
 	threads          []string
 	killedWorker     string
+	rec              *recorder // the parent's records (begin, stop)
 }
 
 // workerProc is one worker process.
@@ -154,6 +159,7 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p.
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -189,6 +195,7 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	d.start = time.Now()
+	d.rec = &recorder{client: d.client, stream: d.stream, worker: "demo"}
 	st := newLiveState(c)
 	lastID := "0-0"
 	seq := 0
@@ -214,6 +221,10 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		if st.ready == c.workers && !st.started {
 			st.started = true
+			if err := d.rec.add(ctx, recBegin); err != nil {
+				return fmt.Errorf("record the start: %w", err)
+			}
+			d.start = time.Now()
 			for _, w := range d.workers {
 				fmt.Fprintln(w.stdin, "go")
 			}
@@ -232,15 +243,19 @@ func (d *demo) run(ctx context.Context) error {
 		if v := d.maybeKill(ctx, st); v != "" {
 			d.say(v)
 		}
-		if st.finished(c, d.killedWorker) {
+		if st.finished(c) {
 			d.say(fmt.Sprintf("all %d accepted signals ran; stopping the workers", len(st.accepted)))
 			break
 		}
 		d.progress(st)
 	}
+	why := "done"
 	if ctx.Err() != nil {
-		d.say(fmt.Sprintf("stopped after --duration %v with %d of %d accepted signals run", c.duration, len(st.ran), len(st.accepted)))
+		why = "duration"
+		d.say(fmt.Sprintf("stopped after --duration %v with %d of %d accepted signals run", c.duration, st.ranAccepted(), len(st.accepted)))
 	}
+	// The end of the timeline: now, not the last event a worker recorded.
+	_ = d.rec.add(ctx, recStop, "why", why)
 	d.clearProgress()
 	d.stopAll()
 	for _, w := range d.workers {
@@ -273,7 +288,11 @@ func (d *demo) run(ctx context.Context) error {
 	if !ok {
 		fmt.Fprintln(d.e.stdout, "\nLast log lines of the workers:")
 		for _, w := range d.workers {
-			fmt.Fprintf(d.e.stdout, "  %s: %s\n", w.name, w.log.lastLine())
+			last := w.log.lastLine()
+			if last == "" {
+				last = "(no output)"
+			}
+			fmt.Fprintf(d.e.stdout, "  %s: %s\n", w.name, last)
 		}
 		return &exitError{code: exitFailed, err: errors.New("a guarantee broke"), silent: true}
 	}
@@ -315,10 +334,12 @@ func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
 	if !d.c.kill || d.killedWorker != "" || d.c.workers < 2 || !st.started || st.sentAll < d.c.workers {
 		return ""
 	}
-	// The run in progress that started most recently (at least 30ms ago).
+	// The run in progress that took a signal most recently (at least 30ms
+	// ago) and has not finished its work on it: killed there, the signal
+	// must run again elsewhere, after a takeover.
 	var best *liveRun
 	for _, r := range st.open {
-		if time.Since(r.seen) < 30*time.Millisecond || r.rogue {
+		if time.Since(r.seen) < 30*time.Millisecond || r.rogue || len(r.pending()) == 0 {
 			continue
 		}
 		if best == nil || r.seen.After(best.seen) {
@@ -343,8 +364,8 @@ func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
 	d.killedWorker = victim.name
 	rec := &recorder{client: d.client, stream: d.stream, worker: victim.name}
 	_ = rec.add(ctx, recKilled, "pid", fmt.Sprint(victim.cmd.Process.Pid))
-	return fmt.Sprintf("SIGKILL %s (pid %d) in the middle of its run on %s (token %d, signals %s)",
-		victim.name, victim.cmd.Process.Pid, best.thread, best.token, strings.Join(best.signals, " "))
+	return fmt.Sprintf("SIGKILL %s (pid %d) in the middle of its run on %s (token %d, working on %s)",
+		victim.name, victim.cmd.Process.Pid, best.thread, best.token, strings.Join(best.pending(), " "))
 }
 
 // stopAll closes the workers' stdin (their signal to shut down) and waits
@@ -393,7 +414,7 @@ func (d *demo) progress(st *liveState) {
 	}
 	line := fmt.Sprintf("%6.1fs  [%s] sent %d/%d · ran %d · runs %d (%d active) · hand-offs %d",
 		time.Since(d.start).Seconds(), st.workerBar(d), len(st.accepted), d.c.threads*d.c.signals,
-		len(st.ran), st.runs, len(st.open), st.handoffs)
+		st.ranAccepted(), st.runs, len(st.open), st.handoffs)
 	if d.killedWorker != "" && !st.takenOver {
 		line += " · waiting for the takeover"
 	}
@@ -420,9 +441,21 @@ func (d *demo) timelineWidth() int {
 type liveRun struct {
 	worker, thread string
 	token          uint64
-	signals        []string
-	seen           time.Time
+	signals        []string        // given to the run, in order
+	did            map[string]bool // of signals, those whose work is done
+	seen           time.Time       // when the run started or last took a signal
 	rogue          bool
+}
+
+// pending returns the signals the run was given and has not finished.
+func (r *liveRun) pending() []string {
+	var p []string
+	for _, id := range r.signals {
+		if !r.did[id] {
+			p = append(p, id)
+		}
+	}
+	return p
 }
 
 // liveState is what the parent knows while the demo runs.
@@ -430,11 +463,12 @@ type liveState struct {
 	ready, sentAll int
 	started        bool
 	accepted       map[string]bool
-	ran            map[string]bool
+	ran            map[string]bool     // signals whose work a run finished
 	open           map[string]*liveRun // worker/run -> run in progress
 	runs, handoffs int
 	takenOver      bool
-	killedThreads  map[string]bool // threads of the killed worker's runs, until taken over
+	killedThreads  map[string]bool   // threads the killed worker was working on, until taken over
+	handedTo       map[string]string // worker/run a hand-off gave a lease to, until it starts -> thread
 	exited         map[string]bool
 	sentAllBy      map[string]bool
 }
@@ -442,7 +476,7 @@ type liveState struct {
 func newLiveState(c demoConfig) *liveState {
 	return &liveState{
 		accepted: map[string]bool{}, ran: map[string]bool{}, open: map[string]*liveRun{},
-		killedThreads: map[string]bool{}, exited: map[string]bool{}, sentAllBy: map[string]bool{},
+		killedThreads: map[string]bool{}, handedTo: map[string]string{}, exited: map[string]bool{}, sentAllBy: map[string]bool{},
 	}
 }
 
@@ -463,8 +497,10 @@ func (st *liveState) apply(r record) string {
 			return fmt.Sprintf("%s sent its share of the signals", r.Worker)
 		}
 	case recStart, recRogue:
+		delete(st.handedTo, key)
 		st.runs++
-		st.open[key] = &liveRun{worker: r.Worker, thread: r.Get("th"), token: r.Token("tok"), signals: r.List("sigs"), seen: time.Now(), rogue: r.Kind == recRogue}
+		st.open[key] = &liveRun{worker: r.Worker, thread: r.Get("th"), token: r.Token("tok"), signals: r.List("sigs"),
+			did: map[string]bool{}, seen: time.Now(), rogue: r.Kind == recRogue}
 		if st.killedThreads[r.Get("th")] && r.Kind == recStart {
 			delete(st.killedThreads, r.Get("th"))
 			st.takenOver = true
@@ -476,26 +512,35 @@ func (st *liveState) apply(r record) string {
 	case recSignal:
 		if run := st.open[key]; run != nil {
 			run.signals = append(run.signals, r.Get("sig"))
+			run.seen = time.Now()
+		}
+	case recDid:
+		if run := st.open[key]; run != nil && !run.rogue {
+			run.did[r.Get("sig")] = true
+			st.ran[r.Get("sig")] = true
 		}
 	case recEnd:
-		if run := st.open[key]; run != nil {
-			delete(st.open, key)
-			if r.Get("err") == "" && !run.rogue {
-				for _, id := range run.signals {
-					st.ran[id] = true
-				}
-			}
-		}
+		delete(st.open, key)
 	case recKilled:
+		// Every record of the killed worker precedes this one.
 		for k, run := range st.open {
 			if run.worker == r.Worker {
-				st.killedThreads[run.thread] = true
+				if len(run.pending()) > 0 {
+					st.killedThreads[run.thread] = true
+				}
 				delete(st.open, k)
+			}
+		}
+		for k, th := range st.handedTo { // killed between a hand-off and the start
+			if strings.HasPrefix(k, r.Worker+"/") {
+				st.killedThreads[th] = true
+				delete(st.handedTo, k)
 			}
 		}
 	case recObserved:
 		if r.Get("ev") == "handed-off" {
 			st.handoffs++
+			st.handedTo[key] = r.Get("th")
 		}
 	}
 	return ""
@@ -509,18 +554,24 @@ func redeliveredNote(r record) string {
 }
 
 // finished reports whether the demo can stop: every worker sent its share,
-// every accepted signal ran, no run is in progress, and a killed run's
-// thread was taken over.
-func (st *liveState) finished(c demoConfig, killed string) bool {
+// every accepted signal ran, no run is in progress, and the threads the
+// killed worker was working on were taken over.
+func (st *liveState) finished(c demoConfig) bool {
 	if !st.started || st.sentAll < c.workers || len(st.open) > 0 || len(st.killedThreads) > 0 {
 		return false
 	}
+	return st.ranAccepted() == len(st.accepted)
+}
+
+// ranAccepted returns how many accepted signals ran.
+func (st *liveState) ranAccepted() int {
+	n := 0
 	for id := range st.accepted {
-		if !st.ran[id] {
-			return false
+		if st.ran[id] {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 // workerBar shows each worker as its number, or x once killed.

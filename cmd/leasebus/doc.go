@@ -11,9 +11,10 @@
 //	          signals to a few threads from all of them, SIGKILL the owner of
 //	          a thread in the middle of a run, then draw a per-thread
 //	          timeline (who owned which thread when, hand-offs, the takeover
-//	          after the kill) and check the recorded events: one owner at a
-//	          time, every signal run, gap-free hand-offs. It exits 1 when a
-//	          guarantee broke.
+//	          after the kill) and check the events the workers recorded:
+//	          one owner at a time, every signal run, gap-free hand-offs, the
+//	          takeover after the kill. It stops as soon as every signal ran
+//	          (a few seconds) and exits 1 when a guarantee broke.
 //	leases    list live leases: key, holder, fencing token, time left
 //	          (--prefix to filter, --watch to refresh).
 //	tail      print the events of a topic as they arrive, one line each

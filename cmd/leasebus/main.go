@@ -156,7 +156,10 @@ type exitError struct {
 	silent bool
 }
 
+// Error returns the message of the wrapped error.
 func (e *exitError) Error() string { return e.err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *exitError) Unwrap() error { return e.err }
 
 // usageErrorf returns an error that exits 2.

@@ -120,18 +120,36 @@ func TestHelpOnEveryCommand(t *testing.T) {
 	}
 }
 
-// TestDemo runs the demo at small size on the embedded server: exit 0 and a
-// passing verdict, with the kill and the takeover.
+// TestDemo runs the demo at small size, on the embedded server and on a
+// redis-server: exit 0 and a passing verdict, with the kill and the
+// takeover, stopping as soon as every signal ran.
 func TestDemo(t *testing.T) {
-	r := leasebus(t, 90*time.Second, "demo", "--workers", "3", "--threads", "2", "--signals", "3", "--seed", "7", "--duration", "40s")
-	if r.code != 0 {
-		t.Fatalf("exit code %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	for _, want := range []string{"SIGKILL", "Timeline", "Verdict", "PASS: every guarantee held", "takeover"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+	check := func(t *testing.T, args ...string) {
+		args = append([]string{"demo", "--workers", "3", "--threads", "2", "--signals", "3", "--seed", "7", "--duration", "40s"}, args...)
+		start := time.Now()
+		r := leasebus(t, 90*time.Second, args...)
+		if r.code != 0 {
+			t.Fatalf("exit code %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		for _, want := range []string{"SIGKILL", "took over", "accepted signals ran; stopping the workers", "Timeline",
+			"Verdict", "ok    takeover after the kill  thread-", "PASS: every guarantee held"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("the demo took %v; it should stop soon after the takeover (lease TTL 2s)", d)
 		}
 	}
+	t.Run("Embedded", func(t *testing.T) { check(t) })
+	t.Run("RedisServer", func(t *testing.T) {
+		srv := redistest.Start(t, redistest.Options{})
+		check(t, "--redis", srv.URL())
+		// The demo deletes its keys from a server it was given.
+		if n := srv.Client(t).DBSize(context.Background()).Val(); n != 0 {
+			t.Errorf("%d keys left on the server after the demo", n)
+		}
+	})
 }
 
 // TestDemoBrokenGuaranteeExits1 injects a run without the lease: the

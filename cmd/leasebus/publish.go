@@ -15,6 +15,7 @@ import (
 // metadataFlag collects repeated --metadata k=v flags.
 type metadataFlag map[string]string
 
+// String returns the pairs as k=v,k=v sorted by key (flag.Value).
 func (m metadataFlag) String() string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -31,6 +32,7 @@ func (m metadataFlag) String() string {
 	return b.String()
 }
 
+// Set adds one k=v pair (flag.Value).
 func (m metadataFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
 	if !ok || k == "" {

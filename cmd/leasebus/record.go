@@ -23,19 +23,22 @@ const (
 	recSentAll  = "sent-all"  // a worker sent all its signals
 	recStart    = "start"     // an agent run started: th, run, tok, sigs, redel
 	recSignal   = "signal"    // a run took a follow-up with Next: th, run, sig, redel
+	recDid      = "did"       // a run finished the work of a signal (before it acks it by asking for the next): th, run, sig
 	recEnd      = "end"       // an agent run returned: th, run, err ("" = finished its work)
 	recObserved = "obs"       // a signals.Event: ev, th, run, owner, tok, prun, powner, ptok, err
+	recBegin    = "begin"     // the parent told the workers to start sending (the timeline's 0s)
+	recStop     = "stop"      // the parent stopped the demo (the timeline's end): why
 	recKilled   = "killed"    // the parent SIGKILLed a worker (w)
 	recRogue    = "rogue"     // fault injection: a run started without the lease (as recStart)
 )
 
 // record is one entry of the demo stream.
 type record struct {
-	Seq    int       // position in the stream
-	At     time.Time // server time of the XADD
-	Kind   string
-	Worker string
-	Fields map[string]string
+	Seq    int               // position in the stream
+	At     time.Time         // server time of the XADD
+	Kind   string            // one of the rec* kinds
+	Worker string            // who wrote it: a worker's name, or "demo"
+	Fields map[string]string // the other fields
 }
 
 // Get returns field k.

@@ -23,6 +23,7 @@ const connectTimeout = 3 * time.Second
 // like): the command reports errors itself, in one line.
 type quietRedisLog struct{}
 
+// Printf drops the line.
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietRedisLog{}) }

@@ -90,7 +90,13 @@ func drawTimeline(w io.Writer, a *analysis, width int) {
 				if run.Redelivered[id] {
 					s += "(redelivered)"
 				}
+				if !run.Did[id] && !run.Rogue {
+					s += "(not done)"
+				}
 				sigs = append(sigs, s)
+			}
+			if run.Unstarted {
+				sigs = []string{"(killed before it started)"}
 			}
 			via := run.Via
 			if run.Rogue {

@@ -11,16 +11,18 @@ import (
 
 // demoRun is one agent run as the records tell it.
 type demoRun struct {
-	Worker, Thread, ID string
-	Token              uint64
-	StartSeq, EndSeq   int
-	Start, End         time.Time
-	Outcome            string // runDone, runFailed, runKilled, runOpen
-	Err                string
-	Signals            []string
-	Redelivered        map[string]bool
-	Rogue              bool   // fault injection: ran without the lease
-	Via                string // how its tenure began: viaAcquire, viaHandoff, viaTakeover, or "" for a follow-up run of the same tenure
+	Worker, Thread, ID string          // who ran it, on which thread, its run id
+	Token              uint64          // the fencing token of its lease tenure
+	StartSeq, EndSeq   int             // stream positions of its start and end (the kill, for a killed run)
+	Start, End         time.Time       // server times of the same
+	Outcome            string          // runDone, runFailed, runKilled, runOpen
+	Err                string          // the agent's error (runFailed)
+	Signals            []string        // given to the run, in order
+	Did                map[string]bool // of Signals, those whose work the run finished
+	Redelivered        map[string]bool // of Signals, those marked redelivered
+	Rogue              bool            // fault injection: ran without the lease
+	Unstarted          bool            // handed the lease, its worker was killed before the agent started
+	Via                string          // how its tenure began: viaAcquire, viaHandoff, viaTakeover, or "" for a follow-up run of the same tenure
 }
 
 // Outcomes of a demoRun.
@@ -38,52 +40,58 @@ const (
 	viaTakeover = "takeover"
 )
 
+// sentSignal is a signal Send accepted.
 type sentSignal struct {
-	Thread, Worker, Action string
-	Seq                    int
+	Thread, Worker, Action string // its thread, the sender, Send's action
+	Seq                    int    // stream position of the record
 }
 
+// handoff is a lease moving from one run to the next with TransferLease.
 type handoff struct {
-	Thread, Worker     string
-	PrevRun, Run       string
-	PrevToken, Token   uint64
-	Seq                int
-	At                 time.Time
-	NextRun            *demoRun // the run that started next on the thread
-	PrevWorker, Reason string
+	Thread, Worker   string    // the thread, the worker of both runs
+	PrevRun, Run     string    // the run handing over, the run taking over
+	PrevToken, Token uint64    // their fencing tokens
+	Seq              int       // stream position of the record
+	At               time.Time // server time of the record
+	NextRun          *demoRun  // the run that started next on the thread
+	PrevWorker       string    // the worker of the run handing over
 }
 
+// kill is the demo SIGKILLing a worker.
 type kill struct {
-	Worker string
-	Seq    int
-	At     time.Time
+	Worker string    // the killed worker
+	Seq    int       // stream position of the record
+	At     time.Time // server time of the record
 }
 
+// takeover is what became of a thread the killed worker was running.
 type takeover struct {
-	Thread     string
-	From, To   string // workers
-	Token      uint64
-	After      time.Duration
-	Kill       kill
-	TakenOver  bool
-	KilledRun  *demoRun
-	NewRun     *demoRun
-	PendingRun bool // the killed worker had a run in progress on the thread
+	Thread    string        // the thread
+	From, To  string        // the killed worker, the worker that took over
+	Token     uint64        // the token of the run that took over
+	After     time.Duration // from the kill to that run's start
+	Kill      kill          // the kill
+	TakenOver bool          // a run started on the thread after the kill
+	KilledRun *demoRun      // the killed worker's run on the thread
+	NewRun    *demoRun      // the first run after the kill
+	Needed    bool          // the killed run had signals it had not finished
 }
 
 // analysis is what the demo records say happened.
 type analysis struct {
+	// Begin is when the demo told the workers to start; Finish when it
+	// stopped them (the first and last record when those are missing).
 	Begin, Finish time.Time
-	Records       int
-	Threads       []string
+	Records       int                   // number of records
+	Threads       []string              // the demo's threads, then any other a run named
 	Runs          map[string][]*demoRun // thread -> runs in start order
 	Sent          map[string]sentSignal // signal id -> who sent it
-	SendFailures  []string
-	Handoffs      []*handoff
-	Kills         []kill
-	Takeovers     []*takeover
-	LeaseTTL      time.Duration
-	Recovery      time.Duration
+	SendFailures  []string              // one line per failed Send
+	Handoffs      []*handoff            // in stream order
+	Kills         []kill                // in stream order
+	Takeovers     []*takeover           // per kill and thread the killed worker was running
+	LeaseTTL      time.Duration         // the demo's lease TTL
+	Recovery      time.Duration         // the runtimes' recovery interval
 }
 
 // analyze builds the analysis from the demo records (in stream order).
@@ -94,6 +102,14 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 	}
 	if len(recs) > 0 {
 		a.Begin, a.Finish = recs[0].At, recs[len(recs)-1].At
+	}
+	for _, r := range recs {
+		switch r.Kind {
+		case recBegin:
+			a.Begin = r.At
+		case recStop:
+			a.Finish = r.At
+		}
 	}
 	byID := map[string]*demoRun{}
 	tenure := map[string]string{} // run id -> how its tenure began (from the observer)
@@ -109,7 +125,7 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 			run := &demoRun{
 				Worker: r.Worker, Thread: r.Get("th"), ID: r.Get("run"), Token: r.Token("tok"),
 				StartSeq: r.Seq, Start: r.At, EndSeq: -1, Outcome: runOpen,
-				Signals: r.List("sigs"), Redelivered: map[string]bool{}, Rogue: r.Kind == recRogue,
+				Signals: r.List("sigs"), Did: map[string]bool{}, Redelivered: map[string]bool{}, Rogue: r.Kind == recRogue,
 			}
 			for _, id := range r.List("redel") {
 				run.Redelivered[id] = true
@@ -123,6 +139,10 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 				if r.Get("redel") == "1" {
 					run.Redelivered[r.Get("sig")] = true
 				}
+			}
+		case recDid:
+			if run := byID[r.Worker+"/"+r.Get("run")]; run != nil {
+				run.Did[r.Get("sig")] = true
 			}
 		case recEnd:
 			if run := byID[r.Worker+"/"+r.Get("run")]; run != nil {
@@ -162,11 +182,15 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 			if run.Outcome == runOpen {
 				run.EndSeq, run.End = lastSeq+1, a.Finish
 			}
+			if run.End.Before(run.Start) {
+				run.End = run.Start
+			}
 			if run.Via == "" {
 				run.Via = tenure[run.ID]
 			}
 		}
 	}
+	a.addUnstarted(byID)
 	for _, t := range sortedKeys(a.Runs) {
 		if !slices.Contains(a.Threads, t) {
 			a.Threads = append(a.Threads, t)
@@ -184,6 +208,32 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// addUnstarted adds the runs a hand-off gave the lease to whose worker was
+// killed before their agent recorded its start: the worker held the thread
+// from the hand-off until the kill, and somebody has to take it over.
+func (a *analysis) addUnstarted(byID map[string]*demoRun) {
+	for _, h := range a.Handoffs {
+		if byID[h.Worker+"/"+h.Run] != nil {
+			continue
+		}
+		for _, k := range a.Kills {
+			if k.Worker != h.Worker || k.Seq < h.Seq {
+				continue
+			}
+			run := &demoRun{
+				Worker: h.Worker, Thread: h.Thread, ID: h.Run, Token: h.Token,
+				StartSeq: h.Seq, Start: h.At, EndSeq: k.Seq, End: k.At, Outcome: runKilled,
+				Did: map[string]bool{}, Redelivered: map[string]bool{}, Via: viaHandoff, Unstarted: true,
+			}
+			byID[h.Worker+"/"+h.Run] = run
+			runs := append(a.Runs[h.Thread], run)
+			sort.SliceStable(runs, func(i, j int) bool { return runs[i].StartSeq < runs[j].StartSeq })
+			a.Runs[h.Thread] = runs
+			break
+		}
+	}
 }
 
 // linkHandoffs finds, for each hand-off, the run that started next on its
@@ -220,7 +270,7 @@ func (a *analysis) findTakeovers() {
 			if killed == nil {
 				continue
 			}
-			t := &takeover{Thread: th, From: k.Worker, Kill: k, KilledRun: killed}
+			t := &takeover{Thread: th, From: k.Worker, Kill: k, KilledRun: killed, Needed: len(killed.pending()) > 0}
 			for _, run := range a.Runs[th] {
 				if run.StartSeq > k.Seq && !run.Rogue {
 					t.TakenOver, t.NewRun, t.To, t.Token = true, run, run.Worker, run.Token
@@ -233,12 +283,23 @@ func (a *analysis) findTakeovers() {
 	}
 }
 
+// pending returns the signals the run was given and did not finish.
+func (r *demoRun) pending() []string {
+	var p []string
+	for _, id := range r.Signals {
+		if !r.Did[id] {
+			p = append(p, id)
+		}
+	}
+	return p
+}
+
 // check is one guarantee the verdict checks.
 type check struct {
-	Name     string
-	OK       bool
-	Summary  string
-	Failures []string
+	Name     string   // the guarantee
+	OK       bool     // it held
+	Summary  string   // one line of what the records show
+	Failures []string // one line per violation
 }
 
 // verdict checks the guarantees against the analysis.
@@ -252,15 +313,18 @@ func (a *analysis) checkOneOwner() check {
 	for _, th := range a.Threads {
 		runs := a.Runs[th]
 		n += len(runs)
-		for i := 1; i < len(runs); i++ {
-			prev, cur := runs[i-1], runs[i]
-			if cur.StartSeq < prev.EndSeq {
-				c.Failures = append(c.Failures, fmt.Sprintf("%s: run %s (%s, token %d) started while run %s (%s, token %d) was still running",
-					th, short(cur.ID), cur.Worker, cur.Token, short(prev.ID), prev.Worker, prev.Token))
+		for i, cur := range runs {
+			// Against every earlier run, not only the one just before: a
+			// long run may overlap several later ones.
+			for _, prev := range runs[:i] {
+				if cur.StartSeq < prev.EndSeq {
+					c.Failures = append(c.Failures, fmt.Sprintf("%s: run %s (%s, token %d) started while run %s (%s, token %d) was still running",
+						th, short(cur.ID), cur.Worker, cur.Token, short(prev.ID), prev.Worker, prev.Token))
+				}
 			}
-			if cur.Token <= prev.Token {
+			if i > 0 && cur.Token <= runs[i-1].Token {
 				c.Failures = append(c.Failures, fmt.Sprintf("%s: run %s (%s) has fencing token %d, not greater than %d of the run before it",
-					th, short(cur.ID), cur.Worker, cur.Token, prev.Token))
+					th, short(cur.ID), cur.Worker, cur.Token, runs[i-1].Token))
 			}
 		}
 	}
@@ -274,49 +338,49 @@ func (a *analysis) checkOneOwner() check {
 
 func (a *analysis) checkEverySignal() check {
 	c := check{Name: "every signal ran"}
-	got := map[string][]*demoRun{}
+	given := map[string][]*demoRun{} // signal id -> the runs given it, in start order
 	for _, th := range a.Threads {
 		for _, run := range a.Runs[th] {
 			if run.Rogue {
 				continue
 			}
 			for _, id := range run.Signals {
-				got[id] = append(got[id], run)
+				given[id] = append(given[id], run)
 			}
 		}
-	}
-	killed := map[string]bool{}
-	for _, k := range a.Kills {
-		killed[k.Worker] = true
 	}
 	ran, again := 0, 0
 	for _, id := range sortedKeys(a.Sent) {
 		s := a.Sent[id]
-		runs := got[id]
-		done := 0
+		runs := given[id]
+		var did []*demoRun // the runs that finished its work
 		for i, run := range runs {
-			if run.Outcome == runDone || run.Outcome == runFailed {
-				done++
-				if done > 1 && !killed[runs[i-1].Worker] {
-					c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s ran to the end twice (runs %s and %s)", id, s.Thread, short(runs[i-1].ID), short(run.ID)))
-				}
-			}
 			if run.Thread != s.Thread {
 				c.Failures = append(c.Failures, fmt.Sprintf("signal %s sent to %s ran on %s", id, s.Thread, run.Thread))
 			}
 			if i > 0 {
+				// Given again: only after the run before it died or lost its lease.
+				prev := runs[i-1]
+				if prev.Outcome != runKilled && prev.Outcome != runFailed {
+					c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s was given to run %s (%s) and again to run %s (%s) though the first was not killed",
+						id, s.Thread, short(prev.ID), prev.Worker, short(run.ID), run.Worker))
+				}
 				if !run.Redelivered[id] {
 					c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s was given again to run %s without the redelivered mark", id, s.Thread, short(run.ID)))
 				}
-				if run.Token <= runs[i-1].Token {
-					c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s was given again to run %s with token %d, not above %d", id, s.Thread, short(run.ID), run.Token, runs[i-1].Token))
+				if run.Token <= prev.Token {
+					c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s was given again to run %s with token %d, not above %d", id, s.Thread, short(run.ID), run.Token, prev.Token))
 				}
 			}
+			if run.Did[id] {
+				did = append(did, run)
+			}
 		}
-		if done == 0 {
-			how := "never ran"
+		if len(did) == 0 {
+			how := "was never given to a run"
 			if len(runs) > 0 {
-				how = fmt.Sprintf("never ran to the end (its last run %s was %s)", short(runs[len(runs)-1].ID), runs[len(runs)-1].Outcome)
+				last := runs[len(runs)-1]
+				how = fmt.Sprintf("never finished (its last run %s on %s was %s)", short(last.ID), last.Worker, last.Outcome)
 			}
 			c.Failures = append(c.Failures, fmt.Sprintf("signal %s of %s (accepted by %s, %s) %s", id, s.Thread, s.Worker, s.Action, how))
 			continue
@@ -327,13 +391,13 @@ func (a *analysis) checkEverySignal() check {
 		}
 	}
 	c.Failures = append(c.Failures, a.SendFailures...)
-	c.OK = len(c.Failures) == 0 && len(a.Sent) > 0
-	c.Summary = fmt.Sprintf("%d/%d accepted signals ran to the end", ran, len(a.Sent))
-	if again > 0 {
-		c.Summary += fmt.Sprintf("; %d ran again after the kill, marked redelivered, with a higher token", again)
-	}
 	if len(a.Sent) == 0 {
 		c.Failures = append(c.Failures, "no signal was accepted")
+	}
+	c.OK = len(c.Failures) == 0
+	c.Summary = fmt.Sprintf("%d/%d accepted signals ran", ran, len(a.Sent))
+	if again > 0 {
+		c.Summary += fmt.Sprintf("; %d given again after the kill, marked redelivered, with a higher token", again)
 	}
 	return c
 }
@@ -368,23 +432,30 @@ func (a *analysis) checkTakeover() check {
 	bound := a.LeaseTTL + 2*a.Recovery + 3*time.Second
 	var parts []string
 	for _, t := range a.Takeovers {
-		if !t.TakenOver {
-			if t.KilledRun != nil && len(t.KilledRun.Signals) > 0 {
-				c.Failures = append(c.Failures, fmt.Sprintf("%s: nobody took over after %s was killed", t.Thread, t.From))
+		switch {
+		case !t.TakenOver && !t.Needed:
+			parts = append(parts, fmt.Sprintf("%s: %s had finished its signals (nothing to take over)", t.Thread, t.From))
+		case !t.TakenOver:
+			c.Failures = append(c.Failures, fmt.Sprintf("%s: nobody took over after %s was killed working on %s",
+				t.Thread, t.From, strings.Join(t.KilledRun.pending(), " ")))
+		default:
+			parts = append(parts, fmt.Sprintf("%s taken over by %s %s after %s was killed", t.Thread, t.To, roundDur(t.After), t.From))
+			if t.After > bound {
+				c.Failures = append(c.Failures, fmt.Sprintf("%s: takeover took %s, more than lease TTL %s + recovery", t.Thread, roundDur(t.After), a.LeaseTTL))
 			}
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s taken over by %s %s after %s was killed", t.Thread, t.To, roundDur(t.After), t.From))
-		if t.After > bound {
-			c.Failures = append(c.Failures, fmt.Sprintf("%s: takeover took %s, more than lease TTL %s + recovery", t.Thread, roundDur(t.After), a.LeaseTTL))
 		}
 	}
 	c.OK = len(c.Failures) == 0
 	switch {
 	case len(a.Kills) == 0:
 		c.Summary = "no worker was killed (nothing to take over)"
-	case len(parts) == 0:
+	case len(a.Takeovers) == 0:
 		c.Summary = "the killed worker held no run"
+	case !c.OK:
+		c.Summary = fmt.Sprintf("%d thread(s) not taken over", len(c.Failures))
+		if len(parts) > 0 {
+			c.Summary += "; " + strings.Join(parts, "; ")
+		}
 	default:
 		c.Summary = strings.Join(parts, "; ") + fmt.Sprintf(" (lease TTL %s)", a.LeaseTTL)
 	}

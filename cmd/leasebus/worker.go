@@ -103,9 +103,17 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 			_ = rec.add(ctx, recEnd, "th", run.Thread, "run", run.ID, "err", msg)
 			return err
 		}
-		taken := len(ids)
-		for range ids {
+		// do works on one signal and records that its work is done, before
+		// the run acks it by asking for the next one (or returning).
+		do := func(id string) error {
 			if err := sleepCtx(ctx, workFor()); err != nil {
+				return err
+			}
+			return rec.add(ctx, recDid, "th", run.Thread, "run", run.ID, "sig", id)
+		}
+		taken := len(ids)
+		for _, id := range ids {
+			if err := do(id); err != nil {
 				return end(err)
 			}
 		}
@@ -122,7 +130,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 			if err := rec.add(ctx, recSignal, "th", run.Thread, "run", run.ID, "sig", sig.ID, "redel", redel); err != nil {
 				return end(err)
 			}
-			if err := sleepCtx(ctx, workFor()); err != nil {
+			if err := do(sig.ID); err != nil {
 				return end(err)
 			}
 		}

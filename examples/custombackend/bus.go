@@ -54,6 +54,7 @@ func (q *queue) settledLocked(n int) bool {
 type entry struct {
 	attempts int       // deliveries made
 	inFlight bool      // a handler has it
+	holder   *chanSub  // when inFlight: the subscription whose handler has it
 	deadline time.Time // when inFlight: redeliver after this
 	readyAt  time.Time // when !inFlight: retry after this
 }
@@ -135,6 +136,13 @@ func (b *ChanBus) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 		if q = b.groups[k]; q == nil {
 			q = &queue{topic: topic, next: start, pending: map[int]*entry{}}
 			b.groups[k] = q
+		}
+		if cfg.ClaimPending {
+			// Take over what the other members hold: due at once, and
+			// nextLocked hands out due entries oldest first, before new events.
+			for _, e := range q.pending {
+				e.inFlight, e.readyAt = false, time.Time{}
+			}
 		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
@@ -288,6 +296,9 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 	q := s.q
 	idx = -1
 	for i, e := range q.pending {
+		if e.inFlight && e.holder == s {
+			continue // its handler is still running here: only another member may take it over
+		}
 		due := e.readyAt
 		if e.inFlight {
 			due = e.deadline
@@ -311,7 +322,7 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 	}
 	e := q.pending[idx]
 	e.attempts++
-	e.inFlight = true
+	e.inFlight, e.holder = true, s
 	e.deadline = now.Add(s.cfg.AckDeadline)
 	ev = s.bus.logs[q.topic][idx]
 	ev.Metadata = maps.Clone(ev.Metadata)

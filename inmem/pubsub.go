@@ -2,9 +2,11 @@ package inmem
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -256,6 +258,9 @@ func (bus *bus) publish(name string, e pubsub.Event) error {
 // it is not acked within its AckDeadline (read from the Backend's Clock); a
 // late ack of the first attempt still counts. AckDeadline does not apply to
 // fan-out subscriptions: the only possible receiver is the one running it.
+// A member subscribing with pubsub.ClaimPending takes over, as it subscribes,
+// every delivery of its group that another member holds unacked or that waits
+// for its redelivery, and runs those first, in publish order, as redeliveries.
 //
 // It returns an error wrapping pubsub.ErrInvalid for bad input,
 // pubsub.ErrClosed after Close, and ctx.Err() when ctx has ended.
@@ -305,6 +310,9 @@ func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeCon
 		done: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.ClaimPending {
+		s.claim()
+	}
 	r.members = append(r.members, s)
 	bus.subs[s] = struct{}{}
 	s.live.Store(int32(cfg.Concurrency))
@@ -312,6 +320,45 @@ func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeCon
 		go s.work()
 	}
 	return s, nil
+}
+
+// claim takes over, for a new ClaimPending member s, every delivery of its
+// group that is pending on another member or waiting for its redelivery, in
+// publish order. The members still running one of them may ack it too (that
+// counts); their failures no longer count. t.mu must be held.
+func (s *subscription) claim() {
+	r := s.r
+	for it := range r.pending {
+		if it.done || it.deadLettering || it.claimed {
+			continue
+		}
+		delete(r.pending, it)
+		it.claimed = true
+		s.claims = append(s.claims, it)
+	}
+	kept := r.retries[:0]
+	for _, it := range r.retries {
+		if it.done {
+			kept = append(kept, it)
+			continue
+		}
+		it.queued = false
+		it.claimed = true
+		s.claims = append(s.claims, it)
+	}
+	clear(r.retries[len(kept):])
+	r.retries = kept
+	// What an earlier claimer has not started yet is the newest claimer's
+	// too: it is the one legitimate consumer now.
+	for _, m := range r.members {
+		for _, it := range m.claims {
+			if !it.done {
+				s.claims = append(s.claims, it)
+			}
+		}
+		m.claims = nil
+	}
+	slices.SortFunc(s.claims, func(a, b *item) int { return cmp.Compare(a.seq, b.seq) })
 }
 
 // Flush waits until every event published before Flush was called has been
@@ -459,6 +506,7 @@ type item struct {
 	deadline      time.Time       // of the newest group attempt, by the Backend's clock
 	holders       []*subscription // subscriptions running an attempt
 	queued        bool            // in reader.retries
+	claimed       bool            // in a ClaimPending member's claims
 	done          bool            // acked or dead-lettered
 	deadLettering bool
 }
@@ -498,6 +546,11 @@ type subscription struct {
 
 	ctx    context.Context // handlers' ctx; cancelled by stop
 	cancel context.CancelFunc
+
+	// claims are the deliveries s took over from other members when it
+	// subscribed with ClaimPending, in publish order; it runs them before
+	// anything else. Guarded by t.mu.
+	claims []*item
 
 	stopOnce sync.Once
 	byClose  bool         // the Backend's Close stopped it; set in stopOnce
@@ -545,11 +598,19 @@ func (s *subscription) stop(byClose bool) {
 		} else {
 			now := time.Now()
 			for it := range r.pending {
-				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.deadLettering {
+				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.claimed && !it.deadLettering {
 					delete(r.pending, it)
 					r.queue(it, now)
 				}
 			}
+			// Claimed deliveries s never started go back to the group.
+			for _, it := range s.claims {
+				it.claimed = false
+				if !it.done {
+					r.queue(it, now)
+				}
+			}
+			s.claims = nil
 		}
 		t.mu.Unlock()
 		s.bus.progressed()
@@ -654,7 +715,20 @@ func (s *subscription) take() (j job, wait time.Duration, ok bool) {
 		}
 	}
 
-	// Redeliveries first, the longest due first.
+	// Deliveries taken over by a ClaimPending member: before anything else,
+	// in publish order.
+	for len(s.claims) > 0 {
+		it := s.claims[0]
+		s.claims[0] = nil
+		s.claims = s.claims[1:]
+		it.claimed = false
+		if it.done {
+			continue // its first member acked it meanwhile
+		}
+		return s.deliver(it, cnow), 0, true
+	}
+
+	// Redeliveries next, the longest due first.
 	var pick *item
 	pickAt := -1
 	for i, it := range r.retries {
@@ -749,7 +823,7 @@ func (s *subscription) settle(it *item, err error) {
 			it.queued = false
 			r.removeRetry(it)
 		}
-	case it.queued || it.deadLettering || len(it.holders) > 0:
+	case it.queued || it.claimed || it.deadLettering || len(it.holders) > 0:
 		// Another attempt has taken over; this failure is superseded.
 	case s.ctx.Err() != nil && r.group == "":
 		// The fan-out subscription is going away, and its events with it.

@@ -289,3 +289,51 @@ func BenchmarkEndToEnd(b *testing.B) {
 		})
 	}
 }
+
+// A ClaimPending member takes over everything of its group that is not
+// acked, including what an earlier ClaimPending member claimed and has not
+// started yet, and receives it in publish order.
+func TestClaimPendingTakesFromEarlierClaimer(t *testing.T) {
+	b := New()
+	defer b.Close()
+	ctx := context.Background()
+	opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.AckDeadline(time.Hour)}
+	block := func(entered chan<- int) pubsub.Handler {
+		return func(ctx context.Context, e pubsub.Event) error {
+			var v struct{ N int }
+			_ = json.Unmarshal(e.Data, &v)
+			entered <- v.N
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	}
+	first := make(chan int, 3)
+	a := mustSubscribe(t, b, "t", block(first), append(opts, pubsub.Concurrency(3))...)
+	defer a.Unsubscribe(ctx)
+	for n := 1; n <= 3; n++ {
+		mustPublish(t, b, "t", pubsub.Event{Type: "n", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
+	}
+	for range 3 {
+		waitFor(t, first, "the first member taking 1..3")
+	}
+	claimer := make(chan int, 3)
+	c1 := mustSubscribe(t, b, "t", block(claimer), append(opts, pubsub.ClaimPending())...)
+	defer c1.Unsubscribe(ctx)
+	if n := waitFor(t, claimer, "the first claimer's first delivery"); n != 1 {
+		t.Fatalf("first claimer got %d first, want 1", n)
+	}
+	got := make(chan pubsub.Event, 3)
+	c2 := mustSubscribe(t, b, "t", func(_ context.Context, e pubsub.Event) error {
+		got <- e
+		return nil
+	}, append(opts, pubsub.ClaimPending())...)
+	defer c2.Unsubscribe(ctx)
+	for want := 1; want <= 3; want++ {
+		e := waitFor(t, got, "the second claimer's deliveries")
+		var v struct{ N int }
+		_ = json.Unmarshal(e.Data, &v)
+		if v.N != want || e.DeliveryAttempt < 2 {
+			t.Fatalf("second claimer got event %d (attempt %d), want %d (attempt >= 2)", v.N, e.DeliveryAttempt, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,11 @@ type groupSub struct {
 	mu       sync.Mutex
 	inflight map[string]*groupMsg // by entry id: queued or running here
 
+	// claimed is closed when the ClaimPending take-over is over (at once
+	// without ClaimPending); reclaimLoop starts after it, so that it cannot
+	// take a later pending entry before an earlier one.
+	claimed chan struct{}
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -53,6 +59,12 @@ type groupMsg struct {
 
 var subSeq atomic.Uint64
 
+// subscribeGroup starts one consumer of the group cfg.Group on topic. With
+// pubsub.ClaimPending it first takes over every entry pending on the group's
+// other consumers (XPENDING from the start of the pending list, XCLAIM at
+// min-idle 0, batch after batch, in id order), hands those to its handlers as
+// redeliveries before it reads anything new with ">", and reads no further
+// ahead than its Concurrency.
 func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
 	key := s.b.keys.Stream(topic)
 	start := "$"
@@ -62,7 +74,16 @@ func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.H
 	if err := s.createGroup(ctx, key, cfg.Group, start); err != nil {
 		return nil, err
 	}
+	// A member reads up to BatchSize entries ahead of its handlers, so that
+	// reads are batched. A ClaimPending member does not: it is meant to be
+	// its group's sole (fenced) consumer, and whatever it had read ahead and
+	// not yet run when it dies would be taken over by its successor counted
+	// as a redelivery (DeliveryAttempt 2) although nobody ever ran it, and
+	// would be handed a predecessor's queue larger than its own handlers.
 	prefetch := cfg.Concurrency + s.b.opts.BatchSize
+	if cfg.ClaimPending {
+		prefetch = cfg.Concurrency
+	}
 	g := &groupSub{
 		s:        s,
 		topic:    topic,
@@ -75,7 +96,11 @@ func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.H
 		tokens:   make(chan struct{}, prefetch),
 		ch:       make(chan *groupMsg, prefetch),
 		inflight: make(map[string]*groupMsg),
+		claimed:  make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	if !cfg.ClaimPending {
+		close(g.claimed)
 	}
 	for range prefetch {
 		g.tokens <- struct{}{}
@@ -197,18 +222,20 @@ func (g *groupSub) cleanup() error {
 	// Entries read but never started: make them claimable at once by the
 	// other members (IDLE far in the past), and undo the delivery count of
 	// our read, so the next consumer sees its first attempt.
+	// An entry we took over from another consumer keeps the count it had
+	// before our claim.
 	g.mu.Lock()
-	var ids []any
+	byCount := make(map[int][]any)
 	for id, m := range g.inflight {
 		if !m.started && !m.lost {
-			ids = append(ids, id)
+			byCount[m.attempt-1] = append(byCount[m.attempt-1], id)
 		}
 	}
 	g.inflight = nil
 	g.mu.Unlock()
-	if len(ids) > 0 {
+	for count, ids := range byCount {
 		args := append([]any{"XCLAIM", g.key, g.group, g.consumer, 0}, ids...)
-		args = append(args, "IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", 0, "JUSTID")
+		args = append(args, "IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", count, "JUSTID")
 		if err := g.s.b.client.Do(ctx, args...).Err(); err != nil && !isNoGroup(err) {
 			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted entries failed; they are reclaimed after the ack deadline",
 				"topic", g.topic, "group", g.group, "err", err)
@@ -231,9 +258,14 @@ func (g *groupSub) cleanup() error {
 	return nil
 }
 
-// readLoop reads new entries with XREADGROUP while there are free tokens.
+// readLoop reads new entries with XREADGROUP while there are free tokens;
+// a ClaimPending member first takes over what other members have pending.
 func (g *groupSub) readLoop() {
 	defer g.bl.reset()
+	if g.cfg.ClaimPending {
+		g.claimPending()
+		close(g.claimed)
+	}
 	var bo backoff
 	for g.ctx.Err() == nil {
 		n := g.takeTokens()
@@ -287,6 +319,124 @@ func (g *groupSub) readLoop() {
 		}
 		g.putTokens(n - got)
 	}
+}
+
+// claimPending takes over every entry of the group pending on another
+// consumer (live or dead), in stream id order, and queues each for the
+// handlers as a redelivery, before readLoop reads any new entry. It walks the
+// group's pending list with XPENDING from the last id it examined, a batch of
+// up to the free tokens at a time, and claims each batch with XCLAIM at
+// min-idle 0. The delivery count comes from XPENDING; XCLAIM adds one.
+func (g *groupSub) claimPending() {
+	var bo backoff
+	after := ""
+	for g.ctx.Err() == nil {
+		n := g.takeTokens()
+		if n == 0 {
+			return
+		}
+		used, last, done, err := g.claimBatch(after, n)
+		g.putTokens(n - used)
+		switch {
+		case isNoGroup(err):
+			// A new group has nothing pending.
+			g.recreate(&bo)
+			return
+		case err != nil:
+			g.fail(err, &bo)
+			continue
+		}
+		bo.reset()
+		if done {
+			return
+		}
+		after = last
+	}
+}
+
+// claimBatch claims up to n pending entries with ids above after ("": from
+// the start) and queues them; it returns how many it queued, the last id it
+// examined and whether the pending list is exhausted.
+func (g *groupSub) claimBatch(after string, n int) (used int, last string, done bool, err error) {
+	start := "-"
+	if after != "" {
+		start = nextStreamID(after)
+	}
+	ctx := g.ctx
+	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: start, End: "+", Count: int64(n),
+	}).Result()
+	if err != nil {
+		return 0, after, false, err
+	}
+	if len(pend) == 0 {
+		return 0, after, true, nil
+	}
+	last = pend[len(pend)-1].ID
+	done = len(pend) < n
+	counts := make(map[string]int64, len(pend))
+	var ids []string
+	g.mu.Lock()
+	for _, p := range pend {
+		if _, mine := g.inflight[p.ID]; mine {
+			continue
+		}
+		counts[p.ID] = p.RetryCount
+		ids = append(ids, p.ID)
+	}
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return 0, last, done, nil
+	}
+	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
+		Stream: g.key, Group: g.group, Consumer: g.consumer,
+		MinIdle: 0, Messages: ids,
+	}).Result()
+	if err != nil {
+		return 0, after, false, err
+	}
+	now := time.Now()
+	claimed := make(map[string]bool, len(msgs))
+	for _, msg := range msgs {
+		if msg.Values == nil {
+			continue // deleted (trimmed) entry
+		}
+		claimed[msg.ID] = true
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
+		g.mu.Lock()
+		g.inflight[m.id] = m
+		g.mu.Unlock()
+		g.ch <- m
+		used++
+	}
+	// An id XCLAIM did not return was acked meanwhile or its entry was
+	// deleted: Redis 7 drops a deleted entry from the pending list, older
+	// servers (and miniredis) keep it, claimed by us. Acking it is a no-op in
+	// the first case and removes it in the second.
+	var gone []string
+	for _, id := range ids {
+		if !claimed[id] {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) > 0 {
+		if err := g.s.b.client.XAck(ctx, g.key, g.group, gone...).Err(); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: ack of deleted pending entries failed", "topic", g.topic, "group", g.group, "err", err)
+		}
+	}
+	return used, last, done, nil
+}
+
+// nextStreamID returns the smallest entry id above id.
+func nextStreamID(id string) string {
+	x, ok := parseStreamID(id)
+	if !ok {
+		return id
+	}
+	if x.seq == math.MaxUint64 {
+		return strconv.FormatUint(x.ms+1, 10) + "-0"
+	}
+	return strconv.FormatUint(x.ms, 10) + "-" + strconv.FormatUint(x.seq+1, 10)
 }
 
 // takeTokens waits for one free token and takes up to BatchSize; 0 when the
@@ -441,6 +591,11 @@ func (g *groupSub) reclaimInterval() time.Duration {
 
 // reclaimLoop keeps queued entries ours and takes over others' stale ones.
 func (g *groupSub) reclaimLoop() {
+	select {
+	case <-g.claimed:
+	case <-g.ctx.Done():
+		return
+	}
 	t := time.NewTicker(g.reclaimInterval())
 	defer t.Stop()
 	for {

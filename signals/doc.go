@@ -22,10 +22,16 @@
 //
 // A tenure is one process holding a thread's lease. Only a tenure reads the
 // inbox: it subscribes as the single member of [InboxGroup], from the earliest
-// entry the group has not consumed, with Concurrency(1), so entries arrive in
-// publish order, one at a time. Each delivery starts a run, or is given to the
-// running run through [Run.Next]. An entry is acked only once the run is done
-// with it: when the agent asks for the next signal, or returns. When a run
+// entry the group has not consumed, with Concurrency(1) and
+// pubsub.ClaimPending, so entries arrive in publish order, one at a time, and
+// whatever an earlier owner had taken and not finished comes first. The lease
+// is fenced, so the tenure is the inbox's sole legitimate reader, which is
+// what ClaimPending asks of its caller. Each delivery starts a run, or is given
+// to the running run through [Run.Next]. An entry is acked only once the run
+// is done with it (when the agent asks for the next signal, or returns) and
+// only while the run's lease is live: the lease is checked right before the
+// done record is written and again right before the ack; a run whose lease was
+// lost leaves its entries unacked for the next owner. When a run
 // ends the tenure waits the linger time for the next entry; if one comes, the
 // lease passes to a new run owner with TransferLease (lease.Held.Transfer), so
 // the key is never free; if none comes, it unsubscribes and releases.
@@ -54,27 +60,39 @@
 //
 //  1. One owner: the lease admits one holder; each run is a new tenure with a
 //     higher token and its ctx ends when the lease is lost. Proved by the
-//     multi-process soak (a fenced Redis key rejects any write with a token
-//     lower than the highest seen, and an "active" counter per thread never
-//     exceeds one) and TestTwoRuntimesForwardAndExclusive.
+//     multi-process soak (each signal's start is a fenced write in Redis that
+//     rejects a token lower than the highest seen while the writer still
+//     believes it holds the thread) and TestTwoRuntimesForwardAndExclusive.
 //  2. No lost signal: the inbox and the notice are published before Send
 //     returns; the notice stays unacked until the signal is done. Proved by
 //     the sender-exits, owner-killed and soak tests. A signal a run had taken
 //     when its owner died is given to the next owner with
 //     Signal.Redelivered set and a higher token; a duplicate signal ID within
-//     the dedupe window is not run again (TestDuplicateIDRunsOnce).
-//  3. Order: one reader per thread, one entry at a time, in publish order.
-//     Proved by TestOrderAndHandOff and the soak. A signal redelivered after
-//     its owner died may run after signals that were queued behind it (the
-//     pubsub redelivers a dead consumer's pending entry only after its ack
-//     deadline); it is marked Redelivered.
+//     the dedupe window is not run again (TestDuplicateIDRunsOnce). The soak
+//     records which process started each signal and allows a second run only
+//     of a signal the killed process started and never got past.
+//  3. Order: one reader per thread, one entry at a time, in publish order,
+//     also across owner death: a new tenure claims the entries its
+//     predecessor had taken and not finished (pubsub.ClaimPending) and runs
+//     them first, in publish order, marked Redelivered, before any newer
+//     signal, without waiting for an ack deadline. The inbox subscription
+//     reads no entry ahead of its handler, so few signals are marked
+//     Redelivered without having run: only one an earlier tenure had taken
+//     from the inbox and not yet given to a run when it died or ended.
+//     Agents read the flag as "may have run before", never as "did run".
+//     Proved by TestOrderAndHandOff, TestProcOwnerKilled and the soak, which
+//     checks every thread's order strictly: a signal may run after a later one
+//     only if it is marked Redelivered (none does when an owner is killed). A
+//     stale owner (paused past its TTL) that reads one more entry before it
+//     notices the loss is the one exception: that entry comes back after the
+//     inbox ack deadline, marked Redelivered.
 //  4. Gap-free hand-off: a run that ends with signals queued transfers the
 //     lease to the next run. Proved by the gap-free test polling the lease
 //     key every millisecond.
-//  5. Takeover: a dead owner's notices come back after the ack deadline (the
-//     lease TTL) and the lease expires after the TTL; a live runtime then wins
-//     the lease within one recovery interval and drains the inbox. Proved by
-//     the owner-killed test.
+//  5. Takeover: a dead owner's notices come back after the ack deadline (half
+//     the lease TTL) and the lease expires after the TTL; a live runtime then
+//     wins the lease within one recovery interval, claims what the dead owner
+//     had taken and drains the inbox. Proved by the owner-killed test.
 //  6. Fail-closed: the run ctx is cancelled as soon as renewal is refused or
 //     cannot succeed before expiry; acquire errors are returned, never taken
 //     as a win. Without a lease provider New falls back to lease.Noop and logs
@@ -88,4 +106,16 @@
 // wake notice whose signal fell out of the record is acked after ten clean
 // tenures of its holder met nothing. Without a lease provider, deduplication
 // is per process.
+//
+// The lease is checked right before the done record is written and the
+// entry acked, but the record write itself is not fenced: an owner that loses
+// its lease during that one round trip (it was live a renewal margin before
+// the server's expiry when checked) can still record the signal as done.
+//
+// Each active thread (a tenure in progress) holds one inbox subscription, and
+// on redisstreams each group subscription holds one blocking connection of the
+// client's pool for as long as it lasts. A process running many threads at
+// once needs a pool at least that large plus its other traffic (for example
+// "?pool_size=1000" on a redisstreams.NewURL URL); with a smaller pool, reads
+// wait for free connections and runs stall.
 package signals

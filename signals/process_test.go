@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,22 +24,33 @@ import (
 // Multi-process tests: the test binary re-executes itself as worker
 // processes (TestWorkerProcess, selected by the LEASEBUS_SIGNALS_WORKER
 // environment variable), all on one private redis-server. Workers record what
-// their agent runs in Redis; the parent checks it.
+// their agent runs in Redis; the parent checks it. Every wait of the parent
+// is bounded, and a worker that exits early fails the wait that needed it.
+// A worker exits when its stdin closes, so none outlives the test binary.
 
 const procTTL = 2 * time.Second
 
-// fenceScript accepts a write to KEYS[1] only with a token not below the
-// highest seen: the fenced test resource.
+// fenceScript is the fenced test resource and the run log in one step: it
+// accepts the start of a signal on thread KEYS[1] only with a token not below
+// the highest seen (ARGV[1]), appends the log entry ARGV[2] with the verdict
+// to KEYS[2] and counts accepted starts in KEYS[3]. ARGV[2] empty: a fenced
+// write only (the end of a signal), nothing logged or counted.
 var fenceScript = redis.NewScript(`
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local tok = tonumber(ARGV[1])
-if tok < cur then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1`)
+local ok = tok >= cur
+if ok then redis.call('SET', KEYS[1], ARGV[1]) end
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[2] .. '|' .. tostring(ok))
+  if ok then redis.call('INCR', KEYS[3]) end
+end
+if ok then return 1 end
+return 0`)
 
 // workerCfg is passed to a worker through environment variables.
 type workerCfg struct {
 	ID     string
+	Inc    string        // incarnation suffix of the log's process name (a restarted worker)
 	Mode   string        // serve, send, send-exit, soak
 	Thread string        // send modes
 	Sigs   []string      // signal IDs to send, in order
@@ -48,23 +62,32 @@ type workerCfg struct {
 
 func (c workerCfg) env(url string) []string {
 	return append(os.Environ(),
-		workerEnv+"="+c.Mode, "W_URL="+url, "W_ID="+c.ID, "W_THREAD="+c.Thread,
+		workerEnv+"="+c.Mode, "W_URL="+url, "W_ID="+c.ID, "W_INC="+c.Inc, "W_THREAD="+c.Thread,
 		"W_SIGS="+strings.Join(c.Sigs, ","), "W_DELAY="+c.Delay.String(),
 		"W_NONEXT="+strconv.FormatBool(c.NoNext), "W_STUCK="+c.Stuck.String(), "W_GO="+c.GoKey)
 }
 
 type worker struct {
-	cmd     *exec.Cmd
-	lines   chan string
-	done    chan struct{}
-	backlog []string
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // held open: the worker exits when it closes
+	done  chan struct{}  // closed once the process exited and its output was read
+
+	mu      sync.Mutex
+	lines   []string      // "W " lines not taken by expect yet; never bounded, never blocks the reader
+	more    chan struct{} // closed and replaced on each new line
+	waitErr error         // the exit status, once done is closed
 }
 
 func startWorker(t *testing.T, url string, c workerCfg) *worker {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1", "-test.timeout=10m")
 	cmd.Env = c.env(url)
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,46 +95,100 @@ func startWorker(t *testing.T, url string, c workerCfg) *worker {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{cmd: cmd, lines: make(chan string, 1000), done: make(chan struct{})}
+	w := &worker{name: c.ID + c.Inc, cmd: cmd, stdin: in, done: make(chan struct{}), more: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if l := sc.Text(); strings.HasPrefix(l, "W ") {
-				w.lines <- strings.TrimPrefix(l, "W ")
+			if l, ok := strings.CutPrefix(sc.Text(), "W "); ok {
+				w.mu.Lock()
+				w.lines = append(w.lines, l)
+				close(w.more)
+				w.more = make(chan struct{})
+				w.mu.Unlock()
 			}
 		}
-		_ = cmd.Wait()
+		_, _ = io.Copy(io.Discard, out) // never leave the worker blocked on a full pipe
+		err := cmd.Wait()
+		w.mu.Lock()
+		w.waitErr = err
+		w.mu.Unlock()
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
-		<-w.done
+		_ = in.Close()
+		select {
+		case <-w.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("worker %s: not gone 10s after SIGKILL", w.name)
+		}
 	})
 	return w
 }
 
-// expect waits for a line starting with prefix and returns it.
+// exited reports whether the worker process is gone, and how it ended.
+func (w *worker) exited() (bool, error) {
+	select {
+	case <-w.done:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return true, w.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// wait waits for the worker process to exit.
+func (w *worker) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		t.Fatalf("worker %s: still running %v after it should have exited", w.name, timeout)
+	}
+}
+
+// expect waits for a line starting with prefix, takes it and returns it. It
+// fails the test when the worker exits first or timeout passes.
 func (w *worker) expect(t *testing.T, prefix string, timeout time.Duration) string {
 	t.Helper()
-	for i, l := range w.backlog {
-		if strings.HasPrefix(l, prefix) {
-			w.backlog = append(w.backlog[:i:i], w.backlog[i+1:]...)
-			return l
-		}
-	}
-	deadline := time.After(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
-		select {
-		case l := <-w.lines:
+		w.mu.Lock()
+		for i, l := range w.lines {
 			if strings.HasPrefix(l, prefix) {
+				w.lines = append(w.lines[:i:i], w.lines[i+1:]...)
+				w.mu.Unlock()
 				return l
 			}
-			w.backlog = append(w.backlog, l)
-		case <-deadline:
-			t.Fatalf("worker: no %q line within %v; other lines: %q", prefix, timeout, w.backlog)
+		}
+		more, other := w.more, w.tail()
+		w.mu.Unlock()
+		if gone, err := w.exited(); gone {
+			// The reader closes done only after the last line was added.
+			w.mu.Lock()
+			found := slices.ContainsFunc(w.lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+			w.mu.Unlock()
+			if !found {
+				t.Fatalf("worker %s exited (%v) without a %q line; last lines: %q", w.name, err, prefix, other)
+			}
+			continue
+		}
+		select {
+		case <-more:
+		case <-w.done:
+		case <-deadline.C:
+			t.Fatalf("worker %s: no %q line within %v; last lines: %q", w.name, prefix, timeout, other)
 		}
 	}
+}
+
+// tail returns the last few untaken lines; w.mu must be held.
+func (w *worker) tail() []string {
+	return slices.Clone(w.lines[max(0, len(w.lines)-20):])
 }
 
 func (w *worker) signal(t *testing.T, sig syscall.Signal) {
@@ -121,12 +198,13 @@ func (w *worker) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-// logEntry is one signal run, as a worker's agent records it in "log:<thread>".
+// logEntry is one signal start, as a worker's agent records it in
+// "log:<thread>" through fenceScript.
 type logEntry struct {
 	ID, Proc    string
 	Token       uint64
 	Redelivered bool
-	FenceOK     bool
+	FenceOK     bool // false: refused by the fence (a stale owner's attempt; not a run)
 }
 
 func readLog(t *testing.T, c *redis.Client, thread string) []logEntry {
@@ -138,6 +216,9 @@ func readLog(t *testing.T, c *redis.Client, thread string) []logEntry {
 	var out []logEntry
 	for _, r := range raw {
 		f := strings.Split(r, "|")
+		if len(f) != 5 {
+			t.Fatalf("thread %s: malformed log entry %q", thread, r)
+		}
 		tok, _ := strconv.ParseUint(f[2], 10, 64)
 		out = append(out, logEntry{ID: f[0], Proc: f[1], Token: tok, Redelivered: f[3] == "true", FenceOK: f[4] == "true"})
 	}
@@ -159,12 +240,22 @@ func waitLog(t *testing.T, c *redis.Client, thread string, n int, timeout time.D
 	}
 }
 
+// distinct counts the signals of l that ran (their start passed the fence).
 func distinct(l []logEntry) int {
 	m := map[string]bool{}
 	for _, e := range l {
-		m[e.ID] = true
+		if e.FenceOK {
+			m[e.ID] = true
+		}
 	}
 	return len(m)
+}
+
+// fence runs fenceScript for thread with token; entry "" is a fenced write
+// that logs nothing.
+func fence(ctx context.Context, c redis.Scripter, thread string, token uint64, entry string) (bool, error) {
+	ok, err := fenceScript.Run(ctx, c, []string{"fence:" + thread, "log:" + thread, "runs"}, token, entry).Int()
+	return ok == 1, err
 }
 
 // TestWorkerProcess is the body of a worker process; it is skipped unless
@@ -174,8 +265,14 @@ func TestWorkerProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("only runs as a worker process of the multi-process tests")
 	}
+	// The parent holds our stdin open: when it is gone, so are we.
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
 	ctx := context.Background()
 	id := os.Getenv("W_ID")
+	name := id + os.Getenv("W_INC") // this incarnation, in the log
 	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL")+"?pool_size=2000", redisstreams.Options{BlockTime: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -184,13 +281,18 @@ func TestWorkerProcess(t *testing.T) {
 	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
 	stuck, _ := time.ParseDuration(os.Getenv("W_STUCK"))
 	noNext := os.Getenv("W_NONEXT") == "true"
+	bg := context.Background()
 	take := func(ctx context.Context, run *signals.Run, s signals.Signal) {
-		ok, err := fenceScript.Run(ctx, c, []string{"fence:" + run.Thread}, run.Token).Int()
-		fenceOK := err == nil && ok == 1
-		if !fenceOK && ctx.Err() == nil {
-			c.Incr(context.Background(), "violations")
+		// The start of a signal: a fenced write that logs who started it
+		// with which token. A refusal while the run's ctx is live means two
+		// runs of the thread at once.
+		ok, err := fence(bg, c, run.Thread, run.Token, fmt.Sprintf("%s|%s|%d|%t", s.ID, name, run.Token, s.Redelivered))
+		if err != nil {
+			fmt.Println("W redis error", err)
 		}
-		c.RPush(context.Background(), "log:"+run.Thread, fmt.Sprintf("%s|%s|%d|%t|%t", s.ID, id, run.Token, s.Redelivered, fenceOK))
+		if !ok && ctx.Err() == nil {
+			c.Incr(bg, "violations")
+		}
 		fmt.Printf("W ran %s %s\n", run.Thread, s.ID)
 		if stuck > 0 {
 			time.Sleep(stuck) // ignores ctx, like a stuck agent
@@ -198,8 +300,11 @@ func TestWorkerProcess(t *testing.T) {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
 			}
-			ok, _ := fenceScript.Run(context.Background(), c, []string{"fence:" + run.Thread}, run.Token).Int()
-			c.Set(context.Background(), "late:"+run.Thread, fmt.Sprintf("ctxdone=%t fence=%d", ctx.Err() != nil, ok), 0)
+			fenced := 0
+			if ok, _ := fence(bg, c, run.Thread, run.Token, ""); ok {
+				fenced = 1
+			}
+			c.Set(bg, "late:"+run.Thread, fmt.Sprintf("ctxdone=%t fence=%d", ctx.Err() != nil, fenced), 0)
 			return
 		}
 		if delay > 0 {
@@ -208,21 +313,32 @@ func TestWorkerProcess(t *testing.T) {
 			case <-ctx.Done():
 			}
 		}
+		// The end of the signal: fenced again, so that a run overlapping
+		// this one (a newer token started meanwhile) is caught.
+		if ok, _ := fence(bg, c, run.Thread, run.Token, ""); !ok && ctx.Err() == nil {
+			c.Incr(bg, "violations")
+		}
 	}
 	agent := func(ctx context.Context, run *signals.Run) error {
+		last := ""
 		for _, s := range run.Signals {
 			take(ctx, run, s)
+			last = s.ID
 		}
 		for !noNext {
 			s, ok := run.Next(ctx)
 			if !ok {
 				break
 			}
+			// Next returned a signal, so the runtime has recorded the one
+			// before as done (and acked it): it must never run again.
+			c.HSet(bg, "fin:"+run.Thread, last+"/"+name, 1)
 			take(ctx, run, s)
+			last = s.ID
 		}
 		return nil
 	}
-	rt, err := signals.New(b, agent, signals.WithProcessID(id), signals.WithLeaseTTL(procTTL),
+	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(procTTL),
 		signals.WithRecoveryInterval(200*time.Millisecond), signals.WithLinger(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

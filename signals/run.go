@@ -3,6 +3,8 @@ package signals
 import (
 	"context"
 	"time"
+
+	"github.com/leasebus/leasebus/lease"
 )
 
 // Run is one run of the agent on a thread. A Run is used by the agent's
@@ -24,9 +26,10 @@ type Run struct {
 	// given that signal and did not finish with it.
 	Redelivered []bool
 
-	s   *session
-	ctx context.Context
-	cur []delivery
+	s    *session
+	held *lease.Held
+	ctx  context.Context
+	cur  []delivery
 }
 
 // Next declares the signals the run has taken so far handled and returns the
@@ -39,8 +42,11 @@ func (r *Run) Next(ctx context.Context) (Signal, bool) {
 	if r.ctx.Err() != nil {
 		return Signal{}, false
 	}
-	r.s.complete(r.cur)
+	ok := r.s.complete(r.held, r.cur)
 	r.cur = nil
+	if !ok {
+		return Signal{}, false // the lease was lost: the next owner gets them again
+	}
 	timer := time.NewTimer(r.s.rt.cfg.nextWait)
 	defer timer.Stop()
 	for {

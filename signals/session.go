@@ -152,10 +152,18 @@ func (s *session) skip(d delivery) bool {
 }
 
 // complete records ds as run (done record, local cache, waiters) and acks
-// them.
-func (s *session) complete(ds []delivery) {
+// them, while held is live: it checks the lease right before writing the
+// done record and again right before acking. When the lease is lost it
+// nacks them instead and reports false, so that the next owner gets them
+// again (as redeliveries, first) rather than having a stale owner's run count
+// as done while its fenced effects may have been refused.
+func (s *session) complete(held *lease.Held, ds []delivery) bool {
 	if len(ds) == 0 {
-		return
+		return held.Err() == nil
+	}
+	if held.Err() != nil {
+		abandon(ds, errLeaseLost)
+		return false
 	}
 	ids := make([]string, len(ds))
 	for i, d := range ds {
@@ -175,6 +183,11 @@ func (s *session) complete(ds []delivery) {
 		s.record = rec
 		s.mu.Unlock()
 	}
+	if held.Err() != nil {
+		// Lost while the record was written: a stale owner never acks.
+		abandon(ds, errLeaseLost)
+		return false
+	}
 	for _, id := range ids {
 		s.rt.done.add(s.thread, id)
 	}
@@ -182,6 +195,7 @@ func (s *session) complete(ds []delivery) {
 	for _, d := range ds {
 		d.res <- nil
 	}
+	return true
 }
 
 func abandon(ds []delivery, err error) {
@@ -224,8 +238,12 @@ func (s *session) loop() {
 		close(s.ended)
 	}()
 
+	// The tenure holds the thread's fenced lease, so it is the inbox's sole
+	// legitimate reader: it claims whatever a predecessor (dead, or stale
+	// and fenced off) had taken and not finished, and gets those first, in
+	// order, marked as redeliveries, before any newer signal.
 	sub, err := rt.ps.Subscribe(context.Background(), InboxTopic(s.thread), s.handle,
-		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest),
+		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
 		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)))
 	if err != nil {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
@@ -249,8 +267,8 @@ func (s *session) loop() {
 	}
 
 	used := false
-	// The first wait also covers the pubsub taking over the entries a dead
-	// predecessor had read (pending longer than the inbox ack deadline).
+	// The first wait also covers setting up the subscription and claiming
+	// what a predecessor left pending; later waits are the linger time.
 	timer := time.NewTimer(max(rt.cfg.linger, inboxAckDeadline(rt.cfg.ttl)+100*time.Millisecond))
 	defer timer.Stop()
 	for {
@@ -313,7 +331,7 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 	r := &Run{
 		ID: runID, Thread: s.thread, Token: held.Token(), Owner: held.Owner(),
 		Signals: []Signal{sig}, Redelivered: []bool{sig.Redelivered},
-		s: s, ctx: ctx, cur: []delivery{d},
+		s: s, held: held, ctx: ctx, cur: []delivery{d},
 	}
 	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
 	err := callAgent(ctx, rt.agent, r)
@@ -325,7 +343,11 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 		rt.emit(Event{Kind: RunEnded, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Err: context.Cause(ctx)})
 		return false
 	}
-	s.complete(r.cur)
+	if !s.complete(held, r.cur) {
+		r.cur = nil
+		rt.emit(Event{Kind: RunEnded, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Err: context.Cause(held.Context())})
+		return false
+	}
 	r.cur = nil
 	if err != nil {
 		rt.log.Warn("signals: agent returned an error", "thread", s.thread, "run", runID, "err", err)
@@ -344,8 +366,9 @@ func callAgent(ctx context.Context, agent Agent, r *Run) (err error) {
 }
 
 // inboxAckDeadline is the ack deadline of inbox subscriptions: a quarter of
-// the lease TTL, so that what a dead owner had read is reclaimable by the time
-// its lease expired.
+// the lease TTL. A new tenure claims its predecessors' pending entries as it
+// subscribes (ClaimPending); the deadline only covers an entry a stale owner
+// read after that, before it noticed its lease was gone.
 func inboxAckDeadline(ttl time.Duration) time.Duration {
 	return max(ttl/4, 10*time.Millisecond)
 }

@@ -164,6 +164,7 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"GroupEmpty", "group", sub(topic, ok, pubsub.Group(""))},
 		{"StartFromUnknown", "start", sub(topic, ok, pubsub.StartFrom(pubsub.Position(7)))},
 		{"NilOption", "option", sub(topic, ok, pubsub.Concurrency(2), nil)},
+		{"ClaimPendingWithoutGroup", "claim pending", sub(topic, ok, pubsub.ClaimPending())},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -928,4 +929,57 @@ func (s *suite) closedReturnsErrClosed(t *testing.T) {
 	if err := sub.Unsubscribe(ctx); err != nil && !errors.Is(err, pubsub.ErrClosed) {
 		t.Errorf("Unsubscribe after Close: got %v, want nil or ErrClosed", err)
 	}
+}
+
+// A new member subscribing with ClaimPending takes over the deliveries other
+// members hold unacked, whether their member is still running them or is
+// gone, and receives them first, in publish order, as redeliveries, before
+// the events nobody has taken yet. The ack deadline is a minute: only the
+// claim can explain the redeliveries within the suite's timeout.
+func (s *suite) claimPendingTakesOverInOrder(t *testing.T) {
+	const deadline = time.Minute
+	run := func(t *testing.T, memberGone bool) {
+		ps := s.backend(t)
+		peer := s.peer(t, ps)
+		topic := topicFor(t)
+		entered := make(chan struct{}, 3)
+		first := s.subscribe(t, peer, topic, func(ctx context.Context, e pubsub.Event) error {
+			entered <- struct{}{}
+			<-ctx.Done() // never acks
+			return ctx.Err()
+		}, pubsub.Group("g"), pubsub.AckDeadline(deadline), pubsub.Concurrency(3))
+		s.publishSeq(t, ps, topic, 1, 4)
+		for range 3 {
+			s.await(t, entered, "the first member taking events 1..3")
+		}
+		s.publishSeq(t, ps, topic, 4, 6)
+		if memberGone {
+			if peer != ps {
+				// Another process's backend goes away: the way a process dies.
+				if err := peer.Close(); err != nil {
+					t.Fatalf("Close of peer: %v", err)
+				}
+			} else if err := first.Unsubscribe(s.ctx(t)); err != nil {
+				t.Fatalf("Unsubscribe: %v", err)
+			}
+		}
+		rec := newRecorder()
+		s.subscribe(t, ps, topic, rec.handler("heir"),
+			pubsub.Group("g"), pubsub.AckDeadline(deadline), pubsub.ClaimPending())
+		ds := rec.waitN(t, s, 5)
+		var got []int
+		for _, d := range ds {
+			got = append(got, seqOf(d.e))
+		}
+		if fmt.Sprint(got[:5]) != "[1 2 3 4 5]" {
+			t.Fatalf("claiming member got events %v, want [1 2 3 4 5] in that order", got)
+		}
+		for _, d := range ds[:3] {
+			if d.e.DeliveryAttempt < 2 {
+				t.Errorf("claimed event %d has DeliveryAttempt %d, want at least 2", seqOf(d.e), d.e.DeliveryAttempt)
+			}
+		}
+	}
+	t.Run("MemberRunning", func(t *testing.T) { run(t, false) })
+	t.Run("MemberGone", func(t *testing.T) { run(t, true) })
 }

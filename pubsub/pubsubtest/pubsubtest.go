@@ -98,6 +98,7 @@ func Run(t *testing.T, c Config) {
 		{"NackRedelivers", none, s.nackRedelivers},
 		{"PanicRedelivers", none, s.panicRedelivers},
 		{"AckDeadlineRedeliversFromDeadMember", deadline, s.ackDeadlineRedelivers},
+		{"ClaimPendingTakesOverInOrder", groups, s.claimPendingTakesOverInOrder},
 		{"MaxDeliveriesDeadLetters", none, s.maxDeliveriesDeadLetters},
 		{"OrderWithConcurrency1", none, s.orderWithConcurrency1},
 		{"ConcurrencyN", none, s.concurrencyN},

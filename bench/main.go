@@ -351,7 +351,7 @@ func (r *runner) runAll(ctx context.Context) {
 	}
 	{
 		s := scenario{Name: fmt.Sprintf("renew %s held leases", groupDigits(int64(cfg.RenewLeases))), Unit: duration,
-			Note: fmt.Sprintf("time for one renewal of all %s leases (mean of %d after one warm-up renewal): leasebus RenewLeases with all leases in one call; leasebus Keeper: a lease.Keeper (RenewEvery %v) renewing them in its batches of 1000, timed from its first to its last RenewLeases call; redislock Refresh and redsync Extend one call at a time; raw: one go-redis pipeline of compare-and-PEXPIRE EVALSHA.", groupDigits(int64(cfg.RenewLeases)), cfg.RenewReps, cfg.KeeperEvery)}
+			Note: fmt.Sprintf("time for one renewal of all %s leases (mean of %d after one warm-up renewal): leasebus RenewLeases with all leases in one call; leasebus Keeper: a lease.Keeper (RenewEvery %v) renewing them in its batches of 1000, up to 4 at once, timed from its first to its last RenewLeases call; redislock Refresh and redsync Extend one call at a time; raw: one go-redis pipeline of compare-and-PEXPIRE EVALSHA.", groupDigits(int64(cfg.RenewLeases)), cfg.RenewReps, cfg.KeeperEvery)}
 		if r.wants(s.Name) {
 			names := lockNames
 			if hasKeeper {

@@ -23,6 +23,9 @@ var (
 const (
 	// maxRenewBatch is the most renewals sent in one BatchRenewer call.
 	maxRenewBatch = 1000
+	// maxBatchesInFlight bounds concurrent BatchRenewer calls of one
+	// renewal round.
+	maxBatchesInFlight = 4
 	// maxRenewInFlight bounds concurrent RenewLease calls when the provider
 	// has no BatchRenewer.
 	maxRenewInFlight = 64
@@ -39,8 +42,9 @@ type KeeperOptions struct {
 // Keeper holds leases and renews them in the background. One goroutine per
 // Keeper renews all of its Helds, in aligned batches: when the earliest Held
 // is due, every Held due within the next half renewal interval is renewed
-// with it, through [BatchRenewer] (at most 1000 per call) when the provider
-// has it, or else with one RenewLease per Held, up to 64 at once. The
+// with it, through [BatchRenewer] (at most 1000 per call, up to 4 calls at
+// once) when the provider has it, or else with one RenewLease per Held, up
+// to 64 at once. The
 // goroutine runs only while the Keeper holds at least one Held: it exits when
 // the last one ends and starts again on the next Keep.
 //
@@ -337,30 +341,21 @@ func (k *Keeper) plan() (due []*Held, deadline time.Time, wait time.Duration, ok
 func (k *Keeper) renew(due []*Held, deadline time.Time) {
 	ctx, cancel := context.WithDeadline(k.stopCtx, deadline)
 	defer cancel()
+	var wg sync.WaitGroup
 	if k.batch != nil {
+		// The batches go out concurrently; each one's outcome is applied
+		// to its own Helds, reckoned from when that batch was sent.
+		sem := make(chan struct{}, maxBatchesInFlight)
 		for chunk := range slices.Chunk(due, maxRenewBatch) {
-			reqs := make([]Renewal, len(chunk))
-			for i, h := range chunk {
-				reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
-			}
-			sent := time.Now()
-			oks, err := k.batch.RenewLeases(ctx, reqs)
-			if err == nil && len(oks) != len(reqs) {
-				err = fmt.Errorf("lease: RenewLeases returned %d results for %d requests", len(oks), len(reqs))
-			}
-			k.mu.Lock()
-			for i, h := range chunk {
-				var ok bool
-				if err == nil {
-					ok = oks[i]
-				}
-				k.applyLocked(h, sent, ok, err)
-			}
-			k.mu.Unlock()
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				k.renewBatch(ctx, chunk)
+			})
 		}
+		wg.Wait()
 		return
 	}
-	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxRenewInFlight)
 	for _, h := range due {
 		sem <- struct{}{}
@@ -374,6 +369,30 @@ func (k *Keeper) renew(due []*Held, deadline time.Time) {
 		})
 	}
 	wg.Wait()
+}
+
+// renewBatch renews chunk with one BatchRenewer call and applies the
+// outcome to each of its Helds: any error, or a result of the wrong length,
+// counts as a failed renewal of every one.
+func (k *Keeper) renewBatch(ctx context.Context, chunk []*Held) {
+	reqs := make([]Renewal, len(chunk))
+	for i, h := range chunk {
+		reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
+	}
+	sent := time.Now()
+	oks, err := k.batch.RenewLeases(ctx, reqs)
+	if err == nil && len(oks) != len(reqs) {
+		err = fmt.Errorf("lease: RenewLeases returned %d results for %d requests", len(oks), len(reqs))
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, h := range chunk {
+		var ok bool
+		if err == nil {
+			ok = oks[i]
+		}
+		k.applyLocked(h, sent, ok, err)
+	}
 }
 
 // applyLocked records the outcome of renewing h, sent at sent. k.mu is held.

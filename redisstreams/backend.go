@@ -109,6 +109,9 @@ type Backend struct {
 	closed bool
 
 	bus streamBus // pubsub.go
+
+	leaseQ combiner[*leaseCall] // lease.go: coalesces concurrent lease scripts
+	hints  scriptHints          // lease.go: lease scripts seen cached
 }
 
 var (

@@ -23,7 +23,7 @@ func (b *Backend) InspectLease(ctx context.Context, key string) (lease.Info, err
 	if b.isClosed() {
 		return lease.Info{}, lease.ErrClosed
 	}
-	info, ok, err := parseInspect(key, inspectScript.Run(ctx, b.client, []string{b.keys.Lease(key)}))
+	info, ok, err := parseInspect(key, b.runLease(ctx, b.inspectCall(ctx, key)))
 	if err != nil {
 		return lease.Info{}, b.leaseErr("inspect", key, err)
 	}
@@ -43,16 +43,21 @@ func parseInspect(key string, cmd *redis.Cmd) (info lease.Info, ok bool, err err
 	case err != nil:
 		return lease.Info{}, false, err
 	}
-	if len(vals) != 2 {
+	if len(vals) != 3 {
 		return lease.Info{}, false, fmt.Errorf("unexpected reply %v", vals)
 	}
-	v, ok1 := vals[0].(string)
-	ms, ok2 := vals[1].(int64)
-	if !ok1 || !ok2 {
+	owner, ok1 := vals[0].(string)
+	tok, ok2 := vals[1].(int64)
+	ms, ok3 := vals[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
 		return lease.Info{}, false, fmt.Errorf("unexpected reply %v", vals)
 	}
-	tok, owner := parseValue(v)
-	return lease.Info{Key: key, Owner: owner, Token: tok, TTL: pttl(ms)}, true, nil
+	return lease.Info{Key: key, Owner: owner, Token: uint64(tok), TTL: pttl(ms)}, true, nil
+}
+
+// inspectCall builds the inspect script of key.
+func (b *Backend) inspectCall(ctx context.Context, key string) *leaseCall {
+	return newCall(ctx, inspectScript, []string{b.keys.Lease(key), b.keys.Fence(key)})
 }
 
 // ListLeases returns every live lease whose key starts with prefix ("" lists
@@ -71,23 +76,21 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 	if err != nil {
 		return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)
 	}
+	calls := make([]*leaseCall, len(names))
+	for i, name := range names {
+		calls[i] = b.inspectCall(ctx, name)
+	}
+	if err := b.runPipelined(ctx, calls); err != nil {
+		return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)
+	}
 	var out []lease.Info
-	for start := 0; start < len(names); start += PipelineChunk {
-		chunk := names[start:min(start+PipelineChunk, len(names))]
-		cmds, err := b.pipelineScript(ctx, inspectScript, len(chunk), func(p redis.Pipeliner, sha string, i int) *redis.Cmd {
-			return p.EvalSha(ctx, sha, []string{b.keys.Lease(chunk[i])})
-		})
+	for i, c := range calls {
+		info, ok, err := parseInspect(names[i], c.cmd)
 		if err != nil {
-			return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)
+			return nil, b.leaseErr("inspect", names[i], err)
 		}
-		for i, c := range cmds {
-			info, ok, err := parseInspect(chunk[i], c)
-			if err != nil {
-				return nil, b.leaseErr("inspect", chunk[i], err)
-			}
-			if ok {
-				out = append(out, info)
-			}
+		if ok {
+			out = append(out, info)
 		}
 	}
 	return out, nil

@@ -5,54 +5,272 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/lease"
 )
 
 // Lease layout. The lease on key k is the string key b.keys.Lease(k) holding
-// "<token>:<owner>" with a PX expiry set by the server; its fencing counter is
+// the owner, with a PX expiry set by the server; its fencing counter is
 // b.keys.Fence(k), an integer in the same hash slot with no TTL, which this
-// package only ever INCRs. The token is decimal, so the first ':' always
-// separates it from the owner, whatever bytes the owner holds.
+// package only ever INCRs, and only when a new tenure starts (acquire of a
+// free key, transfer). So the counter's value is always the token of the live
+// lease, if any, and is read from there; the lease value needs no parsing.
 //
 // Every operation is one Lua script run with EVALSHA (EVAL when the server
-// answers NOSCRIPT); expiry is counted by the server's clock only.
+// answers NOSCRIPT); expiry is counted by the server's clock only. Scripts
+// of concurrent single-lease calls are coalesced into pipelines (see
+// Backend.runLease): each is still one script and one round trip, shared.
 
 var (
 	//go:embed lua/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = newLuaScript(acquireLua)
 
 	//go:embed lua/renew.lua
 	renewLua    string
-	renewScript = redis.NewScript(renewLua)
+	renewScript = newLuaScript(renewLua)
+
+	//go:embed lua/renew_many.lua
+	renewManyLua    string
+	renewManyScript = newLuaScript(renewManyLua)
 
 	//go:embed lua/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = newLuaScript(releaseLua)
 
 	//go:embed lua/transfer.lua
 	transferLua    string
-	transferScript = redis.NewScript(transferLua)
+	transferScript = newLuaScript(transferLua)
 
 	//go:embed lua/owner.lua
 	ownerLua    string
-	ownerScript = redis.NewScript(ownerLua)
+	ownerScript = newLuaScript(ownerLua)
 
 	//go:embed lua/inspect.lua
 	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
+	inspectScript = newLuaScript(inspectLua)
 )
 
+// luaScript is a lease script and its SHA1 digest.
+type luaScript struct{ src, sha string }
+
+// scriptHints records, per Backend, the scripts last seen cached on its
+// server (ran, rather than answered NOSCRIPT). It is only a hint: a batch of
+// a script not known to be cached sends its first pipeline alone, so that
+// the others find the script cached instead of each falling back to EVAL.
+type scriptHints struct{ m sync.Map } // *luaScript → struct{}
+
+func (h *scriptHints) cached(s *luaScript) bool {
+	_, ok := h.m.Load(s)
+	return ok
+}
+
+// note records whether the server ran s (err is the outcome of running it).
+func (h *scriptHints) note(s *luaScript, err error) {
+	switch {
+	case isNoScript(err):
+		h.m.Delete(s)
+	case err == nil || errors.Is(err, redis.Nil):
+		if !h.cached(s) {
+			h.m.Store(s, struct{}{})
+		}
+	}
+}
+
+func newLuaScript(src string) *luaScript {
+	return &luaScript{src: src, sha: redis.NewScript(src).Hash()}
+}
+
 // PipelineChunk is the largest number of scripts RenewLeases and ListLeases
-// send in one pipeline: 10,000 renewals take 10 round trips (per Cluster
-// node, run in parallel across nodes).
+// send in one pipeline, and the most leases one renew_many.lua call renews.
+// On a standalone or Sentinel client 10,000 renewals are 10 scripts sent in
+// one pipeline; on a Cluster, at most 10 pipelines per node, run in parallel
+// across nodes.
 const PipelineChunk = 1000
+
+const (
+	// leaseMaxActive is how many batches of single-lease scripts may be in
+	// flight at once; further calls queue and go in the next batch.
+	leaseMaxActive = 2
+	// leaseMaxBatch is the most scripts in one coalesced batch.
+	leaseMaxBatch = 256
+)
+
+// leaseCall is one lease script to run: its EVALSHA command, which holds
+// the reply once sent.
+type leaseCall struct {
+	t      turn[*leaseCall]
+	script *luaScript
+	cmd    *redis.Cmd
+}
+
+func (c *leaseCall) turn() *turn[*leaseCall] { return &c.t }
+
+// newCall builds an EVALSHA of s with keys and argv.
+func newCall(ctx context.Context, s *luaScript, keys []string, argv ...any) *leaseCall {
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, "evalsha", s.sha, len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, argv...)
+	return &leaseCall{script: s, cmd: redis.NewCmd(ctx, args...)}
+}
+
+// runLease runs one lease script and returns its command, holding the reply
+// or the error. When fewer than leaseMaxActive batches are in flight the
+// caller sends it at once, on ctx; otherwise it joins the next coalesced
+// batch (sent on a context of its own, bounded by the client's timeouts) and
+// waits for it or for ctx. When ctx ends first, the script may or may not have
+// run; the error says so.
+func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
+	q := &b.leaseQ
+	if q.join(c, leaseMaxActive) {
+		b.sendCall(ctx, c)
+		q.finish(leaseMaxBatch)
+		return c.cmd
+	}
+	batch, sent, err := q.await(ctx, c, leaseMaxBatch, b.sendLeaseBatch)
+	switch {
+	case err != nil:
+		if sent {
+			err = fmt.Errorf("%w (the script was sent and may have run)", err)
+		}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	case batch != nil:
+		b.sendLeaseBatch(batch)
+		q.answered(batch, c)
+		q.finish(leaseMaxBatch)
+	}
+	return c.cmd
+}
+
+// sendCall sends one script alone, and again as EVAL when the server has
+// not cached it.
+func (b *Backend) sendCall(ctx context.Context, c *leaseCall) {
+	_ = b.client.Process(ctx, c.cmd)
+	if isNoScript(c.cmd.Err()) {
+		b.hints.note(c.script, c.cmd.Err())
+		c.cmd = c.eval(ctx)
+		_ = b.client.Process(ctx, c.cmd)
+	}
+	b.hints.note(c.script, c.cmd.Err())
+}
+
+// eval returns c's command as an EVAL of the script's source.
+func (c *leaseCall) eval(ctx context.Context) *redis.Cmd {
+	args := slices.Clone(c.cmd.Args())
+	args[0], args[1] = "eval", c.script.src
+	return redis.NewCmd(ctx, args...)
+}
+
+// sendLeaseBatch sends a coalesced batch, on a context of its own: a caller
+// that gives up must not fail the others; go-redis timeouts bound the call.
+func (b *Backend) sendLeaseBatch(batch []*leaseCall) {
+	b.sendCalls(context.Background(), batch)
+}
+
+// pipelineCalls sends calls in one pipeline; those the server answers
+// NOSCRIPT are sent again, as EVAL, in a second one. Each command carries its
+// own reply or error.
+func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
+	p := b.client.Pipeline()
+	for _, c := range calls {
+		_ = p.Process(ctx, c.cmd)
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	var again redis.Pipeliner
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			if again == nil {
+				again = b.client.Pipeline()
+			}
+			b.hints.note(c.script, c.cmd.Err())
+			c.cmd = c.eval(ctx)
+			_ = again.Process(ctx, c.cmd)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	for _, c := range calls {
+		b.hints.note(c.script, c.cmd.Err())
+	}
+}
+
+// runPipelined sends calls in pipelines of up to PipelineChunk scripts
+// (see inPipelines) and returns the first error of any command other than
+// redis.Nil.
+func (b *Backend) runPipelined(ctx context.Context, calls []*leaseCall) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	cold := !b.hints.cached(calls[0].script)
+	inPipelines(len(calls), func(int) int { return 1 }, cold, func(lo, hi int) {
+		b.sendCalls(ctx, calls[lo:hi])
+	})
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendCalls sends calls in one pipeline, or alone when there is one.
+func (b *Backend) sendCalls(ctx context.Context, calls []*leaseCall) {
+	if len(calls) == 1 {
+		b.sendCall(ctx, calls[0])
+	} else {
+		b.pipelineCalls(ctx, calls)
+	}
+}
+
+// inPipelines cuts n scripts into consecutive runs [lo, hi) of at most
+// PipelineChunk in total size (a script larger than that is a run of its
+// own) and calls send for each run from its own goroutine, at most
+// renewInFlight at once, so that the server works through one pipeline
+// while the next is built and written. With cold (the script may not be
+// cached on the server) the first run is sent alone first. It returns when
+// every send has.
+func inPipelines(n int, size func(i int) int, cold bool, send func(lo, hi int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, renewInFlight)
+	for start := 0; start < n; {
+		lo, hi, total := start, start+1, size(start)
+		for hi < n && total+size(hi) <= PipelineChunk {
+			total += size(hi)
+			hi++
+		}
+		if cold && lo == 0 {
+			send(lo, hi)
+			start = hi
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			send(lo, hi)
+		})
+		start = hi
+	}
+	wg.Wait()
+}
+
+// renewInFlight bounds the pipelines runPipelined has in flight at once.
+const renewInFlight = 3
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
 
 // AcquireLease takes key for owner for ttl, as lease.Provider says, in one Lua
 // script. A free or expired key starts a new tenure whose token comes from the
@@ -69,8 +287,8 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	if b.isClosed() {
 		return lease.Result{}, lease.ErrClosed
 	}
-	reply, err := acquireScript.Run(ctx, b.client,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl)).Result()
+	reply, err := b.runLease(ctx, newCall(ctx, acquireScript,
+		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl))).Result()
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
 	}
@@ -110,7 +328,7 @@ func (b *Backend) GetLeaseOwner(ctx context.Context, key string) (string, error)
 	if b.isClosed() {
 		return "", lease.ErrClosed
 	}
-	owner, err := ownerScript.Run(ctx, b.client, []string{b.keys.Lease(key)}).Text()
+	owner, err := b.runLease(ctx, newCall(ctx, ownerScript, []string{b.keys.Lease(key)})).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return "", nil
@@ -131,7 +349,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if b.isClosed() {
 		return lease.ErrClosed
 	}
-	if err := releaseScript.Run(ctx, b.client, []string{b.keys.Lease(key)}, owner).Err(); err != nil {
+	if err := b.runLease(ctx, newCall(ctx, releaseScript, []string{b.keys.Lease(key)}, owner)).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
 	return nil
@@ -148,7 +366,7 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	n, err := renewScript.Run(ctx, b.client, []string{b.keys.Lease(key)}, owner, ttlMillis(ttl)).Int64()
+	n, err := b.runLease(ctx, newCall(ctx, renewScript, []string{b.keys.Lease(key)}, owner, ttlMillis(ttl))).Int64()
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
 	}
@@ -168,8 +386,8 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	tok, err := transferScript.Run(ctx, b.client,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl)).Int64()
+	tok, err := b.runLease(ctx, newCall(ctx, transferScript,
+		[]string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl))).Int64()
 	if err != nil {
 		return false, b.leaseErr("transfer", key, err)
 	}
@@ -177,13 +395,18 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 }
 
 // RenewLeases renews each request as RenewLease would and returns one result
-// per request, in order (lease.BatchRenewer). The renewals are sent as
-// pipelines of up to PipelineChunk scripts, one round trip each (on a Cluster,
-// one per node, in parallel); when the server has lost the script cache the
-// script is loaded (on every node) and the affected renewals are sent again.
-// An error means no result is known and the whole batch should be treated as
-// not renewed. A bad request fails the whole call with an error wrapping
-// lease.ErrInvalid, before anything is sent; after Close, lease.ErrClosed.
+// per request, in order (lease.BatchRenewer). Requests are grouped into
+// renew_many.lua calls of up to PipelineChunk leases, each checking and
+// extending every lease of its group on the server's clock: on a standalone
+// or Sentinel client, consecutive requests; on a Cluster, requests whose
+// lease keys share a hash slot; on any other client (a Ring), one request
+// per call. The calls go out in pipelines (on a Cluster, split per node and
+// run in parallel), so 10,000 renewals on one server are 10 scripts in one
+// round trip. When the server has lost the script cache the affected calls
+// are sent again as EVAL. An error means no result is known and the whole
+// batch should be treated as not renewed. A bad request fails the whole call
+// with an error wrapping lease.ErrInvalid, before anything is sent; after
+// Close, lease.ErrClosed.
 func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {
 	if err := lease.CheckRenewals(reqs); err != nil {
 		return nil, err
@@ -191,65 +414,81 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 	if b.isClosed() {
 		return nil, lease.ErrClosed
 	}
+	groups := b.renewGroups(reqs)
 	out := make([]bool, len(reqs))
-	for start := 0; start < len(reqs); start += PipelineChunk {
-		chunk := reqs[start:min(start+PipelineChunk, len(reqs))]
-		cmds, err := b.pipelineScript(ctx, renewScript, len(chunk), func(p redis.Pipeliner, sha string, i int) *redis.Cmd {
-			r := chunk[i]
-			return p.EvalSha(ctx, sha, []string{b.keys.Lease(r.Key)}, r.Owner, ttlMillis(r.TTL))
-		})
+	errs := make([]error, len(groups))
+	cold := !b.hints.cached(renewManyScript)
+	inPipelines(len(groups), func(i int) int { return len(groups[i]) }, cold, func(lo, hi int) {
+		calls := make([]*leaseCall, hi-lo)
+		for i, g := range groups[lo:hi] {
+			keys := make([]string, len(g))
+			argv := make([]any, 2*len(g))
+			for j, r := range g {
+				keys[j] = b.keys.Lease(reqs[r].Key)
+				argv[j] = reqs[r].Owner
+				argv[len(g)+j] = ttlMillis(reqs[r].TTL)
+			}
+			calls[i] = newCall(ctx, renewManyScript, keys, argv...)
+		}
+		b.sendCalls(ctx, calls)
+		for i, c := range calls {
+			g := groups[lo+i]
+			res, err := c.cmd.Text()
+			if err == nil && len(res) != len(g) {
+				err = fmt.Errorf("unexpected reply %q to a renewal of %d leases", res, len(g))
+			}
+			if err != nil {
+				errs[lo+i] = err
+				continue
+			}
+			for j, r := range g {
+				out[r] = res[j] == '1'
+			}
+		}
+	})
+	for _, err := range errs {
 		if err != nil {
 			return nil, b.batchErr(fmt.Sprintf("renew %d leases", len(reqs)), err)
-		}
-		for i, c := range cmds {
-			n, err := c.Int64()
-			if err != nil {
-				return nil, b.leaseErr("renew", chunk[i].Key, err)
-			}
-			out[start+i] = n == 1
 		}
 	}
 	return out, nil
 }
 
-// pipelineScript sends n EVALSHAs of script (built by add) in one pipeline
-// and returns their commands, every one of which has a reply. When some
-// answer NOSCRIPT, it loads the script (on every node of a Cluster or Ring)
-// and sends those again, once. Any other error of any command is returned.
-func (b *Backend) pipelineScript(ctx context.Context, script *redis.Script, n int,
-	add func(p redis.Pipeliner, sha string, i int) *redis.Cmd,
-) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, n)
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	for attempt := 0; ; attempt++ {
-		p := b.client.Pipeline()
-		sha := script.Hash()
-		for _, i := range idx {
-			cmds[i] = add(p, sha, i)
+// renewGroups splits the indexes of reqs into the groups RenewLeases sends
+// to renew_many.lua, each of at most PipelineChunk requests whose keys one
+// call may touch.
+func (b *Backend) renewGroups(reqs []lease.Renewal) [][]int {
+	var groups [][]int
+	switch b.client.(type) {
+	case *redis.Client:
+		// One server: any keys may share a script.
+		idx := make([]int, len(reqs))
+		for i := range idx {
+			idx[i] = i
 		}
-		_, _ = p.Exec(ctx) // each command carries its own error
-		var missing []int
-		for _, i := range idx {
-			err := cmds[i].Err()
-			switch {
-			case err == nil, errors.Is(err, redis.Nil):
-			case (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) && attempt == 0:
-				missing = append(missing, i)
-			default:
-				return nil, err
+		groups = slices.Collect(slices.Chunk(idx, PipelineChunk))
+	case *redis.ClusterClient:
+		// One script may touch only keys of one hash slot.
+		bySlot := make(map[uint16]int) // slot → index in groups of its open group
+		for i, r := range reqs {
+			slot := keys.Slot(b.keys.Lease(r.Key))
+			gi, ok := bySlot[slot]
+			if !ok || len(groups[gi]) == PipelineChunk {
+				gi = len(groups)
+				groups = append(groups, nil)
+				bySlot[slot] = gi
 			}
+			groups[gi] = append(groups[gi], i)
 		}
-		if len(missing) == 0 {
-			return cmds, nil
+	default:
+		// A Ring (or another sharding client) may put any two keys on
+		// different shards.
+		groups = make([][]int, len(reqs))
+		for i := range reqs {
+			groups[i] = []int{i}
 		}
-		if err := script.Load(ctx, b.client).Err(); err != nil {
-			return nil, fmt.Errorf("script load: %w", err)
-		}
-		idx = missing
 	}
+	return groups
 }
 
 // leaseErr wraps a Redis error of a lease operation on key. A client closed
@@ -278,17 +517,4 @@ func pttl(ms int64) time.Duration {
 		return 0
 	}
 	return time.Duration(ms) * time.Millisecond
-}
-
-// parseValue splits a lease value "<token>:<owner>".
-func parseValue(v string) (token uint64, owner string) {
-	i := strings.IndexByte(v, ':')
-	if i < 0 {
-		return 0, v
-	}
-	tok, err := strconv.ParseUint(v[:i], 10, 64)
-	if err != nil {
-		return 0, v[i+1:]
-	}
-	return tok, v[i+1:]
 }

@@ -189,26 +189,125 @@ func runLeaseExtras(t *testing.T, env leaseEnv) {
 		}
 	})
 	t.Run("RenewLeasesLarge", func(t *testing.T) {
+		// More than two renew_many calls' worth, with every kind of
+		// outcome mixed in: held, never held, taken by another owner,
+		// expired, released, asked for by the wrong owner, and the same key
+		// twice in one batch.
 		b := env.new(t)
-		const n = 2*PipelineChunk + 17
-		reqs := make([]lease.Renewal, n)
-		for i := range reqs {
-			reqs[i] = lease.Renewal{Key: fmt.Sprintf("k%d", i), Owner: "me", TTL: long}
-			if i%3 != 0 {
-				mustAcquire(t, b, reqs[i].Key, "me", long)
-			}
-		}
+		reqs, want := mixedRenewals(t, b, env, 2*PipelineChunk+17)
 		got, err := b.RenewLeases(t.Context(), reqs)
 		if err != nil {
 			t.Fatalf("RenewLeases: %v", err)
 		}
-		for i, ok := range got {
-			if ok != (i%3 != 0) {
-				t.Fatalf("RenewLeases[%d] = %v, want %v", i, ok, i%3 != 0)
+		checkRenewals(t, b, reqs, want, got, long)
+		// Once more, now that every script is cached.
+		if got, err = b.RenewLeases(t.Context(), reqs); err != nil {
+			t.Fatalf("RenewLeases again: %v", err)
+		}
+		checkRenewals(t, b, reqs, want, got, long)
+	})
+	t.Run("RenewLeasesNoScript", func(t *testing.T) {
+		b := env.new(t)
+		reqs, want := mixedRenewals(t, b, env, 2*PipelineChunk+17)
+		if err := b.client.ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+		got, err := b.RenewLeases(t.Context(), reqs)
+		if err != nil {
+			t.Fatalf("RenewLeases after SCRIPT FLUSH: %v", err)
+		}
+		checkRenewals(t, b, reqs, want, got, long)
+	})
+	t.Run("ConcurrentCalls", func(t *testing.T) {
+		// Many goroutines at once, so that calls are coalesced into
+		// batches: each still gets its own, exact result.
+		b := env.new(t)
+		ctx := t.Context()
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				key, me, other := fmt.Sprintf("c%d", g), fmt.Sprintf("me%d", g), fmt.Sprintf("other%d", g)
+				var last uint64
+				for i := range 20 {
+					r, err := b.AcquireLease(ctx, key, me, long)
+					if err != nil || !r.Acquired || r.Owner != me || r.Token <= last {
+						t.Errorf("%s: acquire %d = %+v, %v; want a new tenure after token %d", key, i, r, err, last)
+						return
+					}
+					last = r.Token
+					if lost, err := b.AcquireLease(ctx, key, other, long); err != nil || lost.Acquired || lost.Owner != me || lost.Token != last {
+						t.Errorf("%s: contended acquire = %+v, %v; want held by %s with token %d", key, lost, err, me, last)
+						return
+					}
+					if ok, err := b.RenewLease(ctx, key, other, long); err != nil || ok {
+						t.Errorf("%s: renew by another owner = %v, %v", key, ok, err)
+						return
+					}
+					if ok, err := b.RenewLease(ctx, key, me, long); err != nil || !ok {
+						t.Errorf("%s: renew = %v, %v", key, ok, err)
+						return
+					}
+					if o, err := b.GetLeaseOwner(ctx, key); err != nil || o != me {
+						t.Errorf("%s: owner = %q, %v", key, o, err)
+						return
+					}
+					if err := b.ReleaseLease(ctx, key, other); err != nil {
+						t.Errorf("%s: release by another owner: %v", key, err)
+						return
+					}
+					if err := b.ReleaseLease(ctx, key, me); err != nil {
+						t.Errorf("%s: release: %v", key, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	t.Run("CancelledWhileQueued", func(t *testing.T) {
+		// Calls whose ctx ends while they wait for a batch return an
+		// error (never a silent "not acquired"), and leave the others'
+		// results intact.
+		b := env.new(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		acquired := map[string]bool{}
+		for g := range 64 {
+			wg.Go(func() {
+				key := fmt.Sprintf("q%d", g)
+				c := t.Context()
+				if g%2 == 1 {
+					c = ctx
+				}
+				r, err := b.AcquireLease(c, key, "me", long)
+				switch {
+				case err == nil && r.Acquired:
+					mu.Lock()
+					acquired[key] = true
+					mu.Unlock()
+				case err == nil:
+					t.Errorf("%s: acquire = %+v, nil error; want acquired or an error", key, r)
+				case g%2 == 0:
+					t.Errorf("%s: acquire on a live ctx: %v", key, err)
+				case !errors.Is(err, context.Canceled):
+					t.Errorf("%s: acquire on a cancelled ctx: %v, want context.Canceled", key, err)
+				}
+			})
+			if g == 40 {
+				cancel()
 			}
 		}
-		if infos := mustList(t, b, "k"); len(infos) != n-(n+2)/3 {
-			t.Fatalf("ListLeases found %d leases, want %d", len(infos), n-(n+2)/3)
+		wg.Wait()
+		for g := range 64 {
+			key := fmt.Sprintf("q%d", g)
+			if g%2 == 0 && !acquired[key] {
+				t.Errorf("%s: not acquired on a live ctx", key)
+			}
+			if acquired[key] && mustOwner(t, b, key) != "me" {
+				t.Errorf("%s: acquired, but the owner is %q", key, mustOwner(t, b, key))
+			}
 		}
 	})
 	t.Run("NoScript", func(t *testing.T) {
@@ -260,6 +359,78 @@ func runLeaseExtras(t *testing.T, env leaseEnv) {
 			t.Fatalf("owner after release after SCRIPT FLUSH = %q", got)
 		}
 	})
+}
+
+// mixedRenewals sets up n leases for a batch renewal on b and returns the
+// renewals (owner "me", TTL long) and the result each must get: key i is held
+// by me when i%7 is 1, 3 or 5 (5: with half the TTL the renewal asks for),
+// never held when i%7 is 0, held by another owner when i%7 is 2,
+// held by me but expired when i%7 is 4, released when i%7 is 6; the
+// renewal of every 11th key asks for owner "not-me" instead, and the last
+// two requests repeat keys 1 (held) and 2 (another's).
+func mixedRenewals(t *testing.T, b *Backend, env leaseEnv, n int) ([]lease.Renewal, []bool) {
+	t.Helper()
+	ttl, long := env.ttl, 60*env.ttl
+	reqs := make([]lease.Renewal, n)
+	want := make([]bool, n)
+	for i := range reqs {
+		key := fmt.Sprintf("k%d", i)
+		reqs[i] = lease.Renewal{Key: key, Owner: "me", TTL: long}
+		switch i % 7 {
+		case 1, 3:
+			mustAcquire(t, b, key, "me", long)
+			want[i] = true
+		case 2:
+			mustAcquire(t, b, key, "other", long)
+		case 4:
+			mustAcquire(t, b, key, "me", ttl/2)
+		case 5:
+			mustAcquire(t, b, key, "me", long/2)
+			want[i] = true
+		case 6:
+			mustAcquire(t, b, key, "me", long)
+			mustRelease(t, b, key, "me")
+		}
+		if i%11 == 10 {
+			reqs[i].Owner = "not-me"
+			want[i] = false
+		}
+	}
+	reqs = append(reqs, lease.Renewal{Key: "k1", Owner: "me", TTL: long}, lease.Renewal{Key: "k2", Owner: "me", TTL: long})
+	want = append(want, true, false)
+	env.wait(t, b, ttl) // the i%7 == 4 leases expire
+	return reqs, want
+}
+
+// checkRenewals checks the results of a batch renewal of mixedRenewals and
+// the state it left: renewed leases have their TTL reset to long, expired
+// ones were not re-created, other owners' leases were not extended.
+func checkRenewals(t *testing.T, b *Backend, reqs []lease.Renewal, want, got []bool, long time.Duration) {
+	t.Helper()
+	if len(got) != len(reqs) {
+		t.Fatalf("RenewLeases returned %d results for %d requests", len(got), len(reqs))
+	}
+	for i := range reqs {
+		if got[i] != want[i] {
+			t.Errorf("RenewLeases[%d] (key %s, owner %s) = %v, want %v", i, reqs[i].Key, reqs[i].Owner, got[i], want[i])
+		}
+	}
+	for i := range len(reqs) - 2 {
+		info := mustInspect(t, b, reqs[i].Key)
+		switch {
+		case want[i] && (info.Owner != "me" || info.TTL <= long-long/10):
+			t.Errorf("key %s: %+v after its renewal, want held by me with TTL near %v", reqs[i].Key, info, long)
+		case i%7 == 0 || i%7 == 4 || i%7 == 6:
+			if info.Owner != "" {
+				t.Errorf("key %s: %+v, want no lease (an expired or absent lease must not be re-created)", reqs[i].Key, info)
+			}
+		case i%7 == 2 && info.Owner != "other":
+			t.Errorf("key %s: %+v, want still other's", reqs[i].Key, info)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 }
 
 // oddNames are lease keys that try to break the key layout: braces that

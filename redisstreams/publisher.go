@@ -8,112 +8,111 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pubReq is one queued XADD. The writer answers on done (buffered, so an
-// abandoned caller does not block it).
+// pubMaxActive is how many publish batches may be in flight at once. One
+// measured best on two cores: while a pipeline waits for its replies the
+// queue fills, so the next pipeline is larger. On Cluster, go-redis sends
+// each pipeline's per-node parts in parallel.
+const pubMaxActive = 1
+
+// pubReq is one XADD to send; its sender sets err.
 type pubReq struct {
+	t      turn[*pubReq]
 	key    string
 	fields []string
-	done   chan error
+	err    error
 }
 
-// publish queues one XADD of fields on the stream key and waits for its
-// reply. Requests queued by concurrent callers are sent together in one
-// pipeline by a writer; each caller gets its own command's result.
+func (r *pubReq) turn() *turn[*pubReq] { return &r.t }
+
+// publish sends one XADD of fields on the stream key and returns once Redis
+// has replied to it. Concurrent calls are coalesced (see combiner): when no
+// batch is in flight the caller writes its XADD itself, at once, on ctx;
+// otherwise it queues, and everything queued while the current batch is in
+// flight goes out as the next pipeline (up to BatchSize commands), sent by
+// the first queued caller; each caller gets its own command's result.
 func (s *streamBus) publish(ctx context.Context, key string, fields []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.start()
-	r := &pubReq{key: key, fields: fields, done: make(chan error, 1)}
-	select {
-	case s.queue <- r:
-	case <-ctx.Done():
-		return ctx.Err()
+	r := &pubReq{key: key, fields: fields}
+	q, bs := &s.pubQ, s.b.opts.BatchSize
+	if q.join(r, pubMaxActive) {
+		s.send(ctx, r)
+		q.finish(bs)
+		return r.err
 	}
-	select {
-	case err := <-r.done:
+	batch, sent, err := q.await(ctx, r, bs, s.sendBatch)
+	switch {
+	case err != nil && !sent:
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", key, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", key, err)
+	case batch != nil:
+		s.sendBatch(batch)
+		q.answered(batch, r)
+		q.finish(bs)
+	}
+	return r.err
+}
+
+// xaddArgs returns the XADD of r: MAXLEN ~ unless trimming is off.
+func (s *streamBus) xaddArgs(r *pubReq) *redis.XAddArgs {
+	return &redis.XAddArgs{
+		Stream: r.key,
+		MaxLen: max(s.b.opts.MaxLen, 0), // < 0: no trimming
+		Approx: true,
+		Values: r.fields,
 	}
 }
 
-// writeLoop takes the first queued request, everything else already queued
-// (up to BatchSize), sends them in one pipeline and answers each. After stopW
-// closes it drains the queue before returning, so that no accepted request
-// is left unanswered.
-func (s *streamBus) writeLoop() {
-	defer s.writersWG.Done()
-	bs := s.b.opts.BatchSize
-	batch := make([]*pubReq, 0, bs)
-	for {
-		select {
-		case r := <-s.queue:
-			batch = append(batch, r)
-		case <-s.stopW:
-			for {
-				select {
-				case r := <-s.queue:
-					batch = append(batch, r)
-					if len(batch) == bs {
-						s.send(batch)
-						batch = batch[:0]
-					}
-				default:
-					if len(batch) > 0 {
-						s.send(batch)
-					}
-					return
-				}
-			}
-		}
-	fill:
-		for len(batch) < bs {
-			select {
-			case r := <-s.queue:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
-		s.send(batch)
-		clear(batch)
-		batch = batch[:0]
+// send writes one request alone: its XADD and, when StreamIdleTTL is set, a
+// PEXPIRE of the stream, in one round trip.
+func (s *streamBus) send(ctx context.Context, r *pubReq) {
+	if s.b.opts.StreamIdleTTL > 0 {
+		s.pipeline(ctx, []*pubReq{r})
+		return
 	}
+	id, err := s.b.client.XAdd(ctx, s.xaddArgs(r)).Result()
+	s.answer(r, id, err)
 }
 
-// send writes batch in one pipeline: per request an XADD with MAXLEN ~ and,
-// when StreamIdleTTL is set, a PEXPIRE of the stream.
-func (s *streamBus) send(batch []*pubReq) {
-	o := &s.b.opts
-	maxLen := o.MaxLen
-	if maxLen < 0 {
-		maxLen = 0 // no trimming
-	}
-	// The writes are not tied to any caller's ctx: a caller that gives up
-	// must not fail the others. go-redis timeouts bound the call.
+// sendBatch writes a batch that queued behind a leader. The writes are not
+// tied to any caller's ctx: a caller that gives up must not fail the others.
+// go-redis timeouts bound the call.
+func (s *streamBus) sendBatch(batch []*pubReq) {
 	ctx := context.Background()
+	if len(batch) == 1 {
+		s.send(ctx, batch[0])
+		return
+	}
+	s.pipeline(ctx, batch)
+}
+
+// pipeline writes batch in one pipeline: per request an XADD with MAXLEN ~
+// and, when StreamIdleTTL is set, a PEXPIRE of the stream.
+func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
+	idle := s.b.opts.StreamIdleTTL
 	pipe := s.b.client.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
 	for i, r := range batch {
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
-			Stream: r.key,
-			MaxLen: maxLen,
-			Approx: true,
-			Values: r.fields,
-		})
-		if o.StreamIdleTTL > 0 {
-			pipe.PExpire(ctx, r.key, max(o.StreamIdleTTL, time.Millisecond))
+		cmds[i] = pipe.XAdd(ctx, s.xaddArgs(r))
+		if idle > 0 {
+			pipe.PExpire(ctx, r.key, max(idle, time.Millisecond))
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, r := range batch {
 		id, err := cmds[i].Result()
-		if err != nil {
-			r.done <- fmt.Errorf("redisstreams: xadd %q: %w", r.key, err)
-			continue
-		}
-		s.wrote(r.key, id)
-		r.done <- nil
+		s.answer(r, id, err)
 	}
+}
+
+// answer records the outcome of r's XADD.
+func (s *streamBus) answer(r *pubReq, id string, err error) {
+	if err != nil {
+		r.err = fmt.Errorf("redisstreams: xadd %q: %w", r.key, err)
+		return
+	}
+	s.wrote(r.key, id)
 }

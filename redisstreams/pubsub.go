@@ -31,9 +31,7 @@ type streamBus struct {
 	ctx       context.Context // ends when close stops the readers
 	cancel    context.CancelFunc
 
-	queue     chan *pubReq // publish requests for the writers
-	stopW     chan struct{}
-	writersWG sync.WaitGroup
+	pubQ combiner[*pubReq] // publisher.go: coalesces concurrent publishes
 
 	acks acker
 
@@ -62,12 +60,6 @@ type subscription interface {
 	caughtUp(ctx context.Context, id string) (bool, error)
 }
 
-// numWriters is the number of goroutines that send coalesced publish
-// pipelines. One measured best on two cores: while it waits for a
-// pipeline's replies the queue fills, so the next pipeline is larger. On
-// Cluster, go-redis sends each pipeline's per-node parts in parallel.
-const numWriters = 1
-
 func (s *streamBus) init(b *Backend) {
 	s.b = b
 	s.done = make(chan struct{})
@@ -76,18 +68,12 @@ func (s *streamBus) init(b *Backend) {
 	s.lastPub = make(map[string]string)
 	s.readers = make(map[string]*fanReader)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.queue = make(chan *pubReq, 4*b.opts.BatchSize)
-	s.stopW = make(chan struct{})
 	s.acks.init(b)
 }
 
-// start launches the writers and the acker, once.
+// start launches the acker, once.
 func (s *streamBus) start() {
 	s.startOnce.Do(func() {
-		for range numWriters {
-			s.writersWG.Add(1)
-			go s.writeLoop()
-		}
 		s.acks.start()
 	})
 }
@@ -147,8 +133,7 @@ func (s *streamBus) close() error {
 	s.bg.Wait()
 
 	errs = append(errs, s.acks.close())
-	close(s.stopW)
-	s.writersWG.Wait()
+	s.pubQ.wait() // batches of publishes whose callers gave up waiting
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,6 @@
 -- transfer.lua: hand a lease from one owner to another in one atomic step.
 --
--- KEYS[1]  lease key; its value is "<token>:<owner>"
+-- KEYS[1]  lease key; its value is the owner
 -- KEYS[2]  fencing counter of the lease (same hash slot; no TTL; never deleted)
 -- ARGV[1]  fromOwner
 -- ARGV[2]  toOwner
@@ -9,14 +9,9 @@
 -- Returns the new owner's token (> 0) when fromOwner held the lease, else 0.
 -- The lease key is overwritten, never deleted, so it is never free between
 -- the two owners.
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return 0
-end
-local i = string.find(v, ':', 1, true)
-if not i or string.sub(v, i + 1) ~= ARGV[1] then
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local tok = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], string.format('%d', tok) .. ':' .. ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return tok

@@ -1,0 +1,131 @@
+package redisstreams
+
+import (
+	"context"
+	"runtime"
+	"sync"
+)
+
+// combiner coalesces concurrent requests into batches without a goroutine
+// of its own ("leader" batching). A caller that finds fewer than maxActive
+// batches in flight becomes a leader: it sends its own request at once, from
+// its own goroutine, so a lone caller pays no goroutine switch. A caller that
+// finds maxActive batches in flight queues its request and waits. A leader
+// that has sent its batch and answered it hands everything queued meanwhile
+// (up to maxBatch) to the first queued caller, which wakes up as the next
+// leader and sends it as one batch, its own request first; with nothing
+// queued it frees its slot. Under load each batch thus carries every request
+// that arrived while the previous ones were in flight: the deeper the queue,
+// the larger the batch, and no goroutine is started or switched to beyond
+// the callers themselves.
+//
+// The zero value is ready to use.
+type combiner[T member[T]] struct {
+	mu     sync.Mutex
+	active int // batches in flight
+	queue  []T
+	wg     sync.WaitGroup // leaders started for callers that gave up
+}
+
+// member is a request that can wait in a combiner: a pointer type whose
+// turn holds its wake-up.
+type member[T any] interface {
+	comparable
+	turn() *turn[T]
+}
+
+// turn is the combiner's part of a request.
+type turn[T any] struct {
+	// wake is closed once: when the request has been answered, or when its
+	// caller is to lead batch.
+	wake  chan struct{}
+	batch []T // set (under the combiner's lock) for a caller that is to lead
+}
+
+// join reports whether the caller leads: it must then send item alone and
+// call finish. Otherwise item is queued and the caller must call await.
+func (c *combiner[T]) join(item T, maxActive int) (lead bool) {
+	item.turn().wake = make(chan struct{})
+	c.mu.Lock()
+	if c.active < maxActive {
+		c.active++
+		c.mu.Unlock()
+		return true
+	}
+	c.queue = append(c.queue, item)
+	c.mu.Unlock()
+	return false
+}
+
+// await waits until item is answered (it returns nil, nil) or its caller is
+// to lead a batch (it returns the batch, item first: the caller must send it,
+// call answered, then finish). When ctx ends first it returns ctx.Err() and
+// sent: false if item was still queued (it never will be sent), true if it
+// was taken into a batch (it may have been sent). A batch handed to a caller
+// that gives up is sent by a new goroutine with send.
+func (c *combiner[T]) await(ctx context.Context, item T, maxBatch int, send func([]T)) (batch []T, sent bool, err error) {
+	t := item.turn()
+	select {
+	case <-t.wake:
+		return t.batch, true, nil
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, x := range c.queue {
+		if x == item {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			return nil, false, ctx.Err()
+		}
+	}
+	if t.batch != nil {
+		// Handed a batch: someone must send it.
+		c.wg.Add(1)
+		go func(batch []T) {
+			defer c.wg.Done()
+			send(batch)
+			c.answered(batch, batch[0]) // batch[0]'s wake closed when it was handed the batch
+			c.finish(maxBatch)
+		}(t.batch)
+	}
+	return nil, true, ctx.Err()
+}
+
+// answered wakes the callers of batch, except self (the leader), whose
+// requests now hold their results.
+func (c *combiner[T]) answered(batch []T, self T) {
+	for _, x := range batch {
+		if x != self {
+			close(x.turn().wake)
+		}
+	}
+	if len(batch) > 1 {
+		runtime.Gosched()
+	}
+}
+
+// finish ends a leader's turn: it hands the first maxBatch queued requests
+// to the first one's caller, or frees the slot when none are queued.
+func (c *combiner[T]) finish(maxBatch int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) == 0 {
+		c.active--
+		return
+	}
+	var batch []T
+	if len(c.queue) <= maxBatch {
+		batch, c.queue = c.queue, nil
+	} else {
+		batch = make([]T, maxBatch)
+		copy(batch, c.queue)
+		c.queue = append(c.queue[:0], c.queue[maxBatch:]...)
+	}
+	t := batch[0].turn()
+	t.batch = batch
+	close(t.wake)
+}
+
+// wait returns when no leader started for a caller that gave up is running.
+// Callers must make sure no request is being joined or awaited meanwhile.
+func (c *combiner[T]) wait() { c.wg.Wait() }

@@ -41,9 +41,19 @@ type benchArrival struct {
 // backend, then the client.
 func benchRuntime(b *testing.B, srv *redistest.Server, id string, agent signals.Agent, opts ...signals.Option) *signals.Runtime {
 	b.Helper()
+	return benchRuntimeHook(b, srv, id, nil, agent, opts...)
+}
+
+// benchRuntimeHook is benchRuntime with hook (when not nil) added to the
+// client before any use.
+func benchRuntimeHook(b *testing.B, srv *redistest.Server, id string, hook redis.Hook, agent signals.Agent, opts ...signals.Option) *signals.Runtime {
+	b.Helper()
 	o := srv.ClientOptions()
 	o.PoolSize = benchPoolSize
 	c := redis.NewClient(o)
+	if hook != nil {
+		c.AddHook(hook)
+	}
 	be, err := redisstreams.New(c, redisstreams.Options{})
 	if err != nil {
 		_ = c.Close()
@@ -67,6 +77,26 @@ func benchRuntime(b *testing.B, srv *redistest.Server, id string, agent signals.
 		_ = c.Close()
 	})
 	return rt
+}
+
+// benchTrips is a redis.Hook that counts round trips: one per command sent
+// alone, one per pipeline (a blocking XREADGROUP counts once per call).
+type benchTrips struct{ n atomic.Int64 }
+
+func (h *benchTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *benchTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *benchTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // benchStart skips under -short and starts a private redis-server.
@@ -124,7 +154,9 @@ func benchReport(b *testing.B, lat, send []time.Duration) {
 // each iteration sends one signal to a fresh thread nobody holds, and waits
 // until the run started by it is given the signal (closed loop, one signal in
 // flight). p50-µs/p99-µs are Send start → agent given the signal;
-// send-p50-µs/send-p99-µs are Send's own duration.
+// send-p50-µs/send-p99-µs are Send's own duration; redis-rt/op is the Redis
+// round trips of the runtime's client per iteration, background work
+// included (the run's tenure, its release, the wake notice's handling).
 func BenchmarkSendWoke(b *testing.B) {
 	srv := benchStart(b)
 	got := make(chan benchArrival, 16)
@@ -135,7 +167,8 @@ func BenchmarkSendWoke(b *testing.B) {
 		}
 		return nil
 	}
-	rt := benchRuntime(b, srv, "bench-woke", agent)
+	trips := &benchTrips{}
+	rt := benchRuntimeHook(b, srv, "bench-woke", trips, agent)
 	// Warm-up: connections, consumer groups of WorkTopic, the lease script.
 	if _, err := rt.Send(b.Context(), "warm", signals.Signal{ID: "warm", Type: "msg"}); err != nil {
 		b.Fatal(err)
@@ -145,6 +178,7 @@ func BenchmarkSendWoke(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	send := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	trips0 := trips.n.Load()
 	for i := range b.N {
 		id := fmt.Sprint("w", i)
 		start := time.Now()
@@ -162,6 +196,7 @@ func BenchmarkSendWoke(b *testing.B) {
 	}
 	b.StopTimer()
 	benchReport(b, lat, send)
+	b.ReportMetric(float64(trips.n.Load()-trips0)/float64(b.N), "redis-rt/op")
 }
 
 // BenchmarkSendForwarded measures Send→agent latency when another runtime
@@ -170,7 +205,9 @@ func BenchmarkSendWoke(b *testing.B) {
 // "sender" sends to that thread, one signal in flight at a time. p50-µs/p99-µs
 // are sender's Send start → owner's agent given the signal by Run.Next. The
 // inbox XADD is Send's first round trip, so the owner often has the signal
-// before Send returned: p50-µs can be below send-p50-µs.
+// before Send returned: p50-µs can be below send-p50-µs. redis-rt/op is the
+// round trips of both runtimes' clients per iteration, background work
+// included (the hand-off, the wake notice's handling).
 func BenchmarkSendForwarded(b *testing.B) {
 	srv := benchStart(b)
 	got := make(chan benchArrival, 16)
@@ -187,8 +224,9 @@ func BenchmarkSendForwarded(b *testing.B) {
 			got <- benchArrival{s.ID, time.Now()}
 		}
 	}
-	owner := benchRuntime(b, srv, "bench-owner", ownerAgent, signals.WithNextWait(time.Hour))
-	sender := benchRuntime(b, srv, "bench-sender", func(context.Context, *signals.Run) error {
+	trips := &benchTrips{}
+	owner := benchRuntimeHook(b, srv, "bench-owner", trips, ownerAgent, signals.WithNextWait(time.Hour))
+	sender := benchRuntimeHook(b, srv, "bench-sender", trips, func(context.Context, *signals.Run) error {
 		b.Error("the sender ran a signal: the owner lost the thread")
 		return nil
 	})
@@ -209,6 +247,7 @@ func BenchmarkSendForwarded(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	send := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	trips0 := trips.n.Load()
 	for i := range b.N {
 		id := fmt.Sprint("f", i)
 		start := time.Now()
@@ -226,6 +265,7 @@ func BenchmarkSendForwarded(b *testing.B) {
 	}
 	b.StopTimer()
 	benchReport(b, lat, send)
+	b.ReportMetric(float64(trips.n.Load()-trips0)/float64(b.N), "redis-rt/op")
 }
 
 // BenchmarkSignalsThroughput runs 3 runtimes in one process (3 Backends, each
@@ -233,7 +273,11 @@ func BenchmarkSendForwarded(b *testing.B) {
 // i%1000 sent from runtime i%3 by a pool of concurrent senders, and reports
 // signals/s from the first Send until the agents completed every signal (an
 // agent completes a signal when it has taken it, from Run.Signals or
-// Run.Next; each signal is counted once).
+// Run.Next; each signal is counted once). Sent→completed latency is reported
+// overall (done-p50-ms, done-p99-ms), per Action of the Send (woke-*,
+// fwd-*), and as the number of signals that took 100ms or more (slow-100ms);
+// redis-rt/signal is the Redis round trips of all three clients from the
+// first Send until the last signal completed, per signal.
 func BenchmarkSignalsThroughput(b *testing.B) {
 	const (
 		threads  = 1000
@@ -289,17 +333,19 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 			take(s.ID)
 		}
 	}
-	// Tenures started from a wake notice rather than by a Send: each is a
-	// thread whose signal waited for recovery (a recovery interval or more).
+	// Tenures started from a wake notice rather than by a Send: a thread
+	// whose signal no tenure was going to read (its sender was told
+	// another tenure held the thread while that tenure was ending).
 	var recovered atomic.Int64
 	observe := func(e signals.Event) {
 		if e.Kind == signals.Recovered {
 			recovered.Add(1)
 		}
 	}
+	trips := &benchTrips{}
 	rts := make([]*signals.Runtime, runtimes)
 	for i := range rts {
-		rts[i] = benchRuntime(b, srv, fmt.Sprint("tp-", i), agent, signals.WithObserver(observe))
+		rts[i] = benchRuntimeHook(b, srv, fmt.Sprint("tp-", i), trips, agent, signals.WithObserver(observe))
 	}
 	// Warm-up: every runtime's connections and the lease script, on threads
 	// outside the measured set (their signals are not counted).
@@ -322,6 +368,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		wg      sync.WaitGroup
 	)
 	b.ResetTimer()
+	trips0 := trips.n.Load()
 	start := time.Now()
 	for range senders {
 		wg.Go(func() {
@@ -356,6 +403,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		b.Fatalf("only %d of %d signals completed within 5m", n, b.N)
 	}
 	b.StopTimer()
+	tripsRun := trips.n.Load() - trips0
 	elapsed := finished.Sub(start)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "signals/s")
 	b.ReportMetric(float64(b.N)/sentAll.Seconds(), "sends/s")
@@ -376,17 +424,106 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 	b.ReportMetric(ms(benchPercentile(all, 0.50)), "done-p50-ms")
 	b.ReportMetric(ms(benchPercentile(all, 0.99)), "done-p99-ms")
 	b.ReportMetric(float64(recovered.Load()), "recovered")
+	b.ReportMetric(float64(len(all)-sort.Search(len(all), func(i int) bool { return all[i] >= 100*time.Millisecond })), "slow-100ms")
+	b.ReportMetric(float64(tripsRun)/float64(b.N), "redis-rt/signal")
 	for _, a := range []signals.Action{0, signals.Woke, signals.Delivered, signals.Forwarded} {
 		ds := per[a]
 		if len(ds) == 0 {
 			continue
 		}
 		slices.Sort(ds)
-		slow := len(ds) - sort.Search(len(ds), func(i int) bool { return ds[i] >= 500*time.Millisecond })
-		b.Logf("%v: %d signals, sent→completed p50 %v p99 %v max %v, %d took ≥500ms",
-			a, len(ds), benchPercentile(ds, 0.5), benchPercentile(ds, 0.99), benchPercentile(ds, 1), slow)
+		slow := func(d time.Duration) int {
+			return len(ds) - sort.Search(len(ds), func(i int) bool { return ds[i] >= d })
+		}
+		b.Logf("%v: %d signals, sent→completed p50 %v p99 %v max %v, %d took ≥100ms, %d ≥500ms",
+			a, len(ds), benchPercentile(ds, 0.5), benchPercentile(ds, 0.99), benchPercentile(ds, 1),
+			slow(100*time.Millisecond), slow(500*time.Millisecond))
+		if name := map[signals.Action]string{signals.Woke: "woke", signals.Forwarded: "fwd"}[a]; name != "" {
+			b.ReportMetric(ms(benchPercentile(ds, 0.50)), name+"-p50-ms")
+			b.ReportMetric(ms(benchPercentile(ds, 0.99)), name+"-p99-ms")
+		}
 	}
 	if n := dups.Load(); n > 0 {
 		b.Errorf("%d signals were given to an agent more than once", n)
 	}
+}
+
+// BenchmarkEndingTenureForwarded measures Send→agent latency of a signal sent
+// at the moment its thread's owner ends its tenure: runtime "owner" runs one
+// signal on a fresh thread and its tenure, after the linger time, stops
+// reading its inbox; a test hook holds it there, still holding the lease,
+// while runtime "sender" sends to the thread (Forwarded to the ending
+// tenure), and then lets it release. p50-µs/p99-µs are sender's Send start →
+// an agent given the signal; the recovery interval is the default (1s).
+func BenchmarkEndingTenureForwarded(b *testing.B) {
+	srv := benchStart(b)
+	got := make(chan benchArrival, 16)
+	agent := func(ctx context.Context, run *signals.Run) error {
+		now := time.Now()
+		for _, s := range run.Signals {
+			got <- benchArrival{s.ID, now}
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				return nil
+			}
+			got <- benchArrival{s.ID, time.Now()}
+		}
+	}
+	entered := make(chan string)
+	proceed := make(chan struct{})
+	var (
+		stop atomic.Bool
+		held sync.Map // threads whose first tenure end was held
+	)
+	hook := func(thread string) {
+		if stop.Load() || !strings.HasPrefix(thread, "end-") {
+			return
+		}
+		if _, again := held.LoadOrStore(thread, true); again {
+			return // a later tenure (the one that ran the forwarded signal)
+		}
+		entered <- thread
+		<-proceed
+	}
+	owner := benchRuntime(b, srv, "bench-owner", agent, signals.WithLinger(time.Millisecond),
+		signals.WithHooks(signals.Hooks{BeforeRelease: hook}))
+	sender := benchRuntime(b, srv, "bench-sender", agent)
+	b.Cleanup(func() { stop.Store(true) }) // before the runtimes' Close
+
+	lat := make([]time.Duration, 0, b.N)
+	send := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		thread := fmt.Sprint("end-", i)
+		first, id := fmt.Sprint("o", i), fmt.Sprint("f", i)
+		if acc, err := owner.Send(b.Context(), thread, signals.Signal{ID: first, Type: "msg"}); err != nil || acc.Action != signals.Woke {
+			b.Fatalf("owner send %d: %+v, %v; want Woke", i, acc, err)
+		}
+		benchAwait(b, got, first)
+		select {
+		case th := <-entered:
+			if th != thread {
+				b.Fatalf("tenure of %s ended, want %s", th, thread)
+			}
+		case <-time.After(30 * time.Second):
+			b.Fatalf("the tenure of %s did not end within 30s", thread)
+		}
+		start := time.Now()
+		acc, err := sender.Send(b.Context(), thread, signals.Signal{ID: id, Type: "msg"})
+		sent := time.Now()
+		proceed <- struct{}{}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if acc.Action != signals.Forwarded {
+			b.Fatalf("send %d: %+v, want Forwarded", i, acc)
+		}
+		at := benchAwait(b, got, id)
+		lat = append(lat, at.Sub(start))
+		send = append(send, sent.Sub(start))
+	}
+	b.StopTimer()
+	benchReport(b, lat, send)
 }

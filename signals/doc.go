@@ -14,11 +14,13 @@
 // Every accepted signal goes two places: the thread's durable inbox, topic
 // [InboxTopic] ("signals.thread.<thread>"), and a wake notice on the shared
 // [WorkTopic], which every runtime consumes as one member of [WorkGroup] with
-// an ack deadline of half the lease TTL. Send then tries the thread's lease
-// ([LeaseKey]); the winner starts a tenure (Woke), a process that already
-// holds it has nothing more to do (Delivered), and otherwise the holder is
-// named (Forwarded). That is three round trips on the fast path: inbox, notice,
-// acquire (two for Delivered).
+// an ack deadline of half the lease TTL. Between the two, Send tries the
+// thread's lease ([LeaseKey]); the winner starts a tenure (Woke), a process
+// that already holds it has nothing more to do (Delivered), and otherwise the
+// holder is named (Forwarded). That is three round trips on the fast path:
+// inbox, acquire, notice (two for Delivered). The notice goes out only after
+// the acquire was decided, so no notice handler races its own sender for a
+// free lease: a handler that finds the thread free may take it at once.
 //
 // A tenure is one process holding a thread's lease. Only a tenure reads the
 // inbox: it subscribes as the single member of [InboxGroup], from the earliest
@@ -36,6 +38,20 @@
 // lease passes to a new run owner with TransferLease (lease.Held.Transfer), so
 // the key is never free; if none comes, it unsubscribes and releases.
 //
+// A tenure that decided to end (its linger time passed) reads no more
+// entries but holds the lease until its release returns: a Send landing in
+// that moment is told the thread is held (Forwarded, or Delivered in the
+// owner's process) and its signal is left for whoever takes the thread next.
+// The runtime closes that window without waiting for a recovery interval.
+// The ending tenure stays registered in its process until it released, so a
+// local Send that meets it after it stopped reading waits for the release
+// and then tries the lease itself (usually Woke), and a local notice handler
+// waiting on it acts the moment it ended. A notice handler of another
+// process finds the lease held and checks again after 2ms, then 4ms, 8ms and
+// so on up to the recovery interval: the ending holder releases within a few
+// round trips (about a millisecond on an idle server), and the handler takes
+// the thread (a Recovered tenure) as soon as it is free.
+//
 // Lease owners are "<process>/<run id>", fresh per run, so each run is its own
 // tenure with its own fencing token; lease.Keeper renews them and cancels the
 // run's ctx before the lease can expire when renewal fails or is refused.
@@ -50,11 +66,17 @@
 //
 // A wake notice is acked only when its signal is in the done record (or the
 // local cache). Its holder waits on the local tenure when this process holds
-// the thread; otherwise it tries the lease: when it wins it starts a tenure
-// (a recovery), and when another process holds it, it checks again every
-// recovery interval and nacks after a quarter of the TTL so the notice is
-// retried. So while any signal is not done, some notice for its thread is
-// unacked and will keep some runtime trying to take the thread.
+// the thread, and goes on at once when that tenure ends; otherwise it tries
+// the lease at once: when it wins it starts a tenure (a recovery), and when
+// another process holds it, it checks the done record and the lease again
+// with the backoff above (from 2ms, doubling, at most the recovery interval;
+// a retried notice checks every recovery interval) and nacks after a quarter
+// of the TTL so the notice is retried. The notice names the Action of its
+// Send: for a Woke send, whose own new tenure reads the signal unless it
+// loses the lease, the handler checks only the done record for the first
+// recovery interval. So while any signal is not done, some notice for its
+// thread is unacked and will keep some runtime trying to take the thread,
+// at least once per recovery interval.
 //
 // # Guarantees and how the tests prove them
 //
@@ -65,7 +87,14 @@
 //     believes it holds the thread) and TestTwoRuntimesForwardAndExclusive.
 //  2. No lost signal: the inbox and the notice are published before Send
 //     returns; the notice stays unacked until the signal is done. Proved by
-//     the sender-exits, owner-killed and soak tests. A signal a run had taken
+//     the sender-exits, owner-killed and soak tests. A signal sent while its
+//     owner's tenure ends (after its linger time, before or after it stopped
+//     reading, before it released) reaches an agent without waiting for a
+//     recovery interval: TestSendToEndingTenure holds a tenure at each of
+//     those points with a test hook, sends from the owner's process and from
+//     another one, and requires the signal within 10s with a recovery
+//     interval of a minute and a TTL of two (BenchmarkEndingTenureForwarded
+//     measures it: a few milliseconds). A signal a run had taken
 //     when its owner died is given to the next owner with
 //     Signal.Redelivered set and a higher token; a duplicate signal ID within
 //     the dedupe window is not run again (TestDuplicateIDRunsOnce). The soak
@@ -106,6 +135,13 @@
 // wake notice whose signal fell out of the record is acked after ten clean
 // tenures of its holder met nothing. Without a lease provider, deduplication
 // is per process.
+//
+// While another process holds a thread, each wake notice of it costs up to
+// two round trips (done record, acquire) per check: about ten checks in the
+// first second with the default recovery interval, then one per interval.
+// A notice whose signal is run within milliseconds costs two or three
+// checks; in exchange the notice is acked as soon as its signal is done, so
+// notices do not queue behind handlers sleeping a recovery interval.
 //
 // The lease is checked right before the done record is written and the
 // entry acked, but the record write itself is not fenced: an owner that loses

@@ -106,6 +106,14 @@ type config struct {
 	process                 string
 	observer                func(Event)
 	workConcurrency         int
+	hooks                   testHooks
+}
+
+// testHooks are called at points of a session's end, so that tests can make
+// a Send land there deterministically (set through export_test.go only).
+type testHooks struct {
+	lingerEnd     func(thread string) // the linger time passed; still subscribed
+	beforeRelease func(thread string) // unsubscribed, still holding the lease
 }
 
 // WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A

@@ -18,7 +18,7 @@ import (
 )
 
 // maxSendRoundTrips is the budget of Redis round trips on Send's fast path,
-// whatever the Action (doc.go: inbox, notice, acquire; two for Delivered).
+// whatever the Action (doc.go: inbox, acquire, notice; two for Delivered).
 const maxSendRoundTrips = 3
 
 // rtProbeKey is the context key under which a *rtProbe rides on Send's ctx.

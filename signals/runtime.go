@@ -35,6 +35,7 @@ const (
 const (
 	metaThread = "leasebus.signals.thread"
 	metaSignal = "leasebus.signals.id"
+	metaAction = "leasebus.signals.action" // the Action of the Send, when it succeeded
 )
 
 // InboxTopic returns the durable inbox topic of thread, "signals.thread.<thread>".
@@ -176,11 +177,13 @@ func runOf(owner string) string {
 }
 
 // Send accepts sig for thread: it stores the signal in the thread's durable
-// inbox, publishes a wake notice, and then either starts a run here (Woke),
-// finds this process already holding the thread (Delivered), or reports the
-// process that holds it (Forwarded). Once Send returned nil the signal is
+// inbox, then either starts a run here (Woke), finds this process already
+// holding the thread (Delivered), or reports the process that holds it
+// (Forwarded), and publishes a wake notice. A tenure of this process that is
+// ending (it stopped reading its inbox) is waited for, and the lease tried
+// once it released. Once Send returned nil the signal is
 // run even if this process exits at once, as long as some runtime stays
-// alive. The fast path is three round trips (inbox, notice, acquire); two
+// alive. The fast path is three round trips (inbox, acquire, notice); two
 // when this process holds the thread.
 //
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed. An
@@ -206,27 +209,37 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if err := rt.ps.Publish(ctx, InboxTopic(thread), ev); err != nil {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
 	}
+	// The lease is tried before the wake notice is published: no notice
+	// handler can learn of this signal before this Send's own acquire was
+	// decided, so a handler that finds the thread free and takes it never
+	// races this sender for it.
+	s, created, holder, werr := rt.wake(ctx, thread, false)
+	var acc Accepted
+	switch {
+	case errors.Is(werr, ErrClosed):
+		// Stored durably; another runtime takes it.
+		acc = Accepted{Action: Forwarded, SignalID: sig.ID}
+	case werr != nil:
+	case s == nil:
+		acc = Accepted{Action: Forwarded, Owner: holder, RunID: runOf(holder), SignalID: sig.ID}
+	default:
+		acc = Accepted{Action: Delivered, SignalID: sig.ID}
+		if created {
+			acc.Action = Woke
+		}
+		acc.RunID, acc.Owner = s.current()
+	}
 	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+	if acc.Action != 0 {
+		notice.Metadata[metaAction] = acc.Action.String()
+	}
 	if err := rt.ps.Publish(ctx, WorkTopic, notice); err != nil {
 		return Accepted{}, fmt.Errorf("signals: wake notice for %q on thread %q: %w", sig.ID, thread, err)
 	}
-	s, created, holder, err := rt.wake(ctx, thread, false)
-	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			// Stored durably; another runtime takes it.
-			return rt.sent(thread, sig, Accepted{Action: Forwarded, SignalID: sig.ID}), nil
-		}
-		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
+	if acc.Action == 0 {
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, werr)
 	}
-	if s == nil {
-		return rt.sent(thread, sig, Accepted{Action: Forwarded, Owner: holder, RunID: runOf(holder), SignalID: sig.ID}), nil
-	}
-	act := Delivered
-	if created {
-		act = Woke
-	}
-	runID, owner := s.current()
-	return rt.sent(thread, sig, Accepted{Action: act, RunID: runID, Owner: owner, SignalID: sig.ID}), nil
+	return rt.sent(thread, sig, acc), nil
 }
 
 func (rt *Runtime) sent(thread string, sig Signal, a Accepted) Accepted {
@@ -242,20 +255,38 @@ func (rt *Runtime) isClosed() bool {
 
 // wake returns the local session of thread, starting one when this process
 // wins the thread's lease; when another process holds it, it returns a nil
-// session and the holder. Acquire errors are errors.
+// session and the holder. Acquire errors are errors. A local session that
+// takes no more deliveries (it is ending) is not returned: wake waits until
+// it has released the lease and then tries the lease itself, so that no
+// signal is reported Delivered to a tenure that stopped reading. (One that
+// decides to end right after it was returned leaves the signal to the
+// signal's wake notice, whose handler acts the moment the tenure ended.)
 func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder string, err error) {
-	rt.mu.Lock()
-	if s := rt.sessions[thread]; s != nil {
+	for {
+		rt.mu.Lock()
+		s = rt.sessions[thread]
+		if s == nil {
+			break // rt.mu still held
+		}
 		rt.mu.Unlock()
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
 			return nil, false, "", ctx.Err()
 		}
-		if s.acquired {
+		if !s.acquired {
+			return nil, false, s.holder, s.err
+		}
+		select {
+		case <-s.quit:
+		default:
 			return s, false, "", nil
 		}
-		return nil, false, s.holder, s.err
+		select {
+		case <-s.ended:
+		case <-ctx.Done():
+			return nil, false, "", ctx.Err()
+		}
 	}
 	if rt.closed {
 		rt.mu.Unlock()
@@ -318,11 +349,32 @@ func (rt *Runtime) isDone(ctx context.Context, thread, id string) (bool, error) 
 	return recordHas(rec, id), nil
 }
 
+// noticePollFirst is the first wait of a wake notice handler that found the
+// thread held by another process; each later wait doubles, up to the
+// recovery interval (with the default 1s: about ten checks in the first
+// second, then one per second).
+const noticePollFirst = 2 * time.Millisecond
+
 // onNotice handles a wake notice: it acks it once the signal it names has
 // been run (here or by whichever process owned the thread), taking the
-// thread's lease when it is free; while another process holds the thread it
-// checks again every recovery interval, and nacks when it held the notice for
-// half its ack deadline so that another runtime (or this one) retries.
+// thread's lease when it is free, and nacks when it held the notice for half
+// its ack deadline so that another runtime (or this one) retries.
+//
+// While this process holds the thread, it waits for the local tenure to run
+// the signal or end, and acts at once when it ended. While another process
+// holds it, it checks the done record and the lease again after
+// noticePollFirst, backing off to every recovery interval: a holder that was
+// ending when the signal was sent (it had stopped reading its inbox and not
+// yet released) releases within a few round trips, and the signal must not
+// wait a recovery interval for that.
+//
+// It never waits before its first attempt: Send publishes the notice only
+// after its own acquire was decided, so a free lease here means nobody is
+// about to take the thread for this signal. The one exception is the notice
+// of a Woke send (first delivery): that sender's own tenure took the lease
+// after the signal was stored, so it reads the signal unless it loses the
+// lease, and the handler leaves the lease alone for one recovery interval,
+// checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	thread, id := ev.Metadata[metaThread], ev.Metadata[metaSignal]
 	if thread == "" || id == "" {
@@ -333,7 +385,20 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	hold := time.NewTimer(rt.cfg.ttl / 4)
 	defer hold.Stop()
 	misses := 0
-	first := ev.DeliveryAttempt <= 1
+	tryAt := received // when to start trying the lease
+	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
+		tryAt = received.Add(rt.cfg.recovery)
+	}
+	poll := noticePollFirst
+	if ev.DeliveryAttempt > 1 {
+		// A retry: a handler held this notice before (for a quarter of the
+		// TTL, unless it failed), so any tenure that was ending when the
+		// signal was sent is long gone, and the short first waits are not
+		// needed. Checking every recovery interval keeps a long run
+		// elsewhere with many queued signals from costing a burst of
+		// checks per notice per retry.
+		poll = rt.cfg.recovery
+	}
 	for {
 		select {
 		case <-rt.closing:
@@ -369,37 +434,29 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 			// the signal: it was run and fell out of the done record.
 			return nil
 		}
-		if first {
-			// Give the sender's own fast path (its acquire right after this
-			// notice was published) one recovery interval to win first.
-			first = false
-			select {
-			case <-time.After(rt.cfg.recovery):
-			case <-hold.C:
-				return errRetry
-			case <-rt.closing:
-				return errRetry
-			case <-ctx.Done():
-				return ctx.Err()
+		if !time.Now().Before(tryAt) {
+			s, _, _, err = rt.wake(ctx, thread, true)
+			if err != nil {
+				return err
 			}
-			continue
+			if s != nil {
+				continue // a local tenure: wait for it
+			}
 		}
-		s, _, _, err = rt.wake(ctx, thread, true)
-		if err != nil {
-			return err
-		}
-		if s != nil {
-			continue
-		}
+		wait := time.NewTimer(min(poll, rt.cfg.recovery))
 		select {
-		case <-time.After(rt.cfg.recovery):
+		case <-wait.C:
 		case <-hold.C:
+			wait.Stop()
 			return errRetry
 		case <-rt.closing:
+			wait.Stop()
 			return errRetry
 		case <-ctx.Done():
+			wait.Stop()
 			return ctx.Err()
 		}
+		poll = min(2*poll, rt.cfg.recovery)
 	}
 }
 

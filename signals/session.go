@@ -219,12 +219,19 @@ func (s *session) loop() {
 	s.mu.Unlock()
 	lost := false
 	defer func() {
+		// The session stays in rt.sessions until the lease is released: a
+		// local Send or notice handler that finds it with quit closed waits
+		// for ended and then tries the lease itself, rather than taking the
+		// lease as held by a tenure that reads nothing more (the window
+		// between the end of the inbox subscription and the release).
 		s.quitOnce.Do(func() { close(s.quit) })
-		rt.removeSession(s)
 		runID, owner := s.current()
 		if lost {
 			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
 		} else {
+			if h := rt.cfg.hooks.beforeRelease; h != nil {
+				h(s.thread)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
 			if err := held.Release(ctx); err != nil {
 				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
@@ -232,6 +239,7 @@ func (s *session) loop() {
 			cancel()
 			rt.emit(Event{Kind: Released, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token()})
 		}
+		rt.removeSession(s)
 		s.mu.Lock()
 		s.clean = !lost
 		s.mu.Unlock()
@@ -307,6 +315,9 @@ func (s *session) loop() {
 			lost = true
 			return
 		case <-timer.C:
+			if h := rt.cfg.hooks.lingerEnd; h != nil {
+				h(s.thread)
+			}
 			return
 		case <-rt.closing:
 			return

@@ -1,0 +1,20 @@
+package signals
+
+// Hooks are called at points of a tenure's end; a hook may block to hold the
+// tenure there.
+type Hooks struct {
+	// LingerEnd is called when the linger time passed without a delivery,
+	// before the tenure stops reading its inbox.
+	LingerEnd func(thread string)
+	// BeforeRelease is called after the tenure stopped reading its inbox
+	// (unsubscribed) and before it releases the lease.
+	BeforeRelease func(thread string)
+}
+
+// WithHooks sets test hooks on one Runtime.
+func WithHooks(h Hooks) Option {
+	return func(c *config) error {
+		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease}
+		return nil
+	}
+}

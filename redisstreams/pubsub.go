@@ -281,7 +281,11 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 // redelivers a nacked entry to itself after pubsub.RetryDelay (XCLAIM, which
 // counts the attempt), and every AckDeadline/2 claims entries that other
 // consumers left unacked for AckDeadline. Entries its handlers have not
-// started when it is unsubscribed are handed back at once.
+// started when it is unsubscribed are handed back at once. With
+// pubsub.ClaimPending it first walks the group's pending list in id order
+// (XPENDING + XCLAIM with no minimum idle time), delivering what other
+// consumers hold before any new entry, and reads no further ahead than its
+// Concurrency.
 //
 // Entries that cannot be decoded (written by something other than leasebus)
 // are published to the dead-letter topic with their raw fields as Data and

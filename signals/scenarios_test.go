@@ -264,7 +264,7 @@ func soakAlive(t *testing.T, ws []*worker) {
 
 func TestProcSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("soak")
+		t.Skip("skipped with -short: the multi-process soak")
 	}
 	srv, c := startRedis(t)
 	ctx := context.Background()

@@ -374,6 +374,21 @@ func (g *groupSub) claimBatch(after string, n int) (used int, last string, done 
 	}
 	last = pend[len(pend)-1].ID
 	done = len(pend) < n
+	used, err = g.claimQueue(ctx, pend, 0)
+	if err != nil {
+		return 0, after, false, err
+	}
+	return used, last, done, nil
+}
+
+// claimQueue claims the entries of pend that are not in flight here, with
+// XCLAIM at minIdle, and queues each for a handler with its attempt number
+// (the delivery count XPENDING reported, plus this delivery). It returns how
+// many it queued. With minIdle 0, an id XCLAIM did not return was acked
+// meanwhile, or its entry was deleted: Redis 7 drops a deleted entry from the
+// pending list, older servers (and miniredis) keep it, claimed by us. Such
+// ids are acked, a no-op in the first case that removes them in the second.
+func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, minIdle time.Duration) (used int, err error) {
 	counts := make(map[string]int64, len(pend))
 	var ids []string
 	g.mu.Lock()
@@ -386,14 +401,14 @@ func (g *groupSub) claimBatch(after string, n int) (used int, last string, done 
 	}
 	g.mu.Unlock()
 	if len(ids) == 0 {
-		return 0, last, done, nil
+		return 0, nil
 	}
 	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
 		Stream: g.key, Group: g.group, Consumer: g.consumer,
-		MinIdle: 0, Messages: ids,
+		MinIdle: minIdle, Messages: ids,
 	}).Result()
 	if err != nil {
-		return 0, after, false, err
+		return 0, err
 	}
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))
@@ -409,10 +424,11 @@ func (g *groupSub) claimBatch(after string, n int) (used int, last string, done 
 		g.ch <- m
 		used++
 	}
-	// An id XCLAIM did not return was acked meanwhile or its entry was
-	// deleted: Redis 7 drops a deleted entry from the pending list, older
-	// servers (and miniredis) keep it, claimed by us. Acking it is a no-op in
-	// the first case and removes it in the second.
+	if minIdle > 0 {
+		// Under a minimum idle time XCLAIM also skips entries that became
+		// busy again since XPENDING: those are not gone.
+		return used, nil
+	}
 	var gone []string
 	for _, id := range ids {
 		if !claimed[id] {
@@ -424,7 +440,7 @@ func (g *groupSub) claimBatch(after string, n int) (used int, last string, done 
 			g.s.b.opts.Logger.Warn("redisstreams: ack of deleted pending entries failed", "topic", g.topic, "group", g.group, "err", err)
 		}
 	}
-	return used, last, done, nil
+	return used, nil
 }
 
 // nextStreamID returns the smallest entry id above id.
@@ -698,39 +714,7 @@ func (g *groupSub) reclaim(wait bool) (more bool) {
 	if err != nil || len(pend) == 0 {
 		return false
 	}
-	counts := make(map[string]int64, len(pend))
-	var ids []string
-	g.mu.Lock()
-	for _, p := range pend {
-		if _, mine := g.inflight[p.ID]; mine {
-			continue
-		}
-		counts[p.ID] = p.RetryCount
-		ids = append(ids, p.ID)
-	}
-	g.mu.Unlock()
-	if len(ids) == 0 {
-		return false
-	}
-	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
-		Stream: g.key, Group: g.group, Consumer: g.consumer,
-		MinIdle: g.cfg.AckDeadline, Messages: ids,
-	}).Result()
-	if err != nil {
-		return false
-	}
-	now := time.Now()
-	for _, msg := range msgs {
-		if msg.Values == nil {
-			continue // deleted (trimmed) entry
-		}
-		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
-		g.mu.Lock()
-		g.inflight[m.id] = m
-		g.mu.Unlock()
-		g.ch <- m
-		used++
-	}
+	used, _ = g.claimQueue(ctx, pend, g.cfg.AckDeadline)
 	return len(pend) == n && used > 0
 }
 

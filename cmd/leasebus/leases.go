@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
-	"github.com/leasebus/leasebus/redisstreams"
 )
 
 func runLeases(ctx context.Context, e *env, args []string) error {
@@ -33,11 +32,7 @@ interrupted (Ctrl-C).`)
 	if *interval <= 0 {
 		return usageErrorf("--interval %v is not positive", *interval)
 	}
-	url := fs.redisURL(redisFlag)
-	if url == "" {
-		return needRedis()
-	}
-	b, err := connect(ctx, url, redisstreams.Options{Prefix: *keyspace}, e.stderr)
+	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err
 	}

@@ -85,11 +85,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	url := fs.redisURL(redisFlag)
-	if url == "" {
-		return needRedis()
-	}
-	b, err := connect(ctx, url, redisstreams.Options{Prefix: *keyspace}, e.stderr)
+	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err
 	}

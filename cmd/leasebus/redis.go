@@ -52,6 +52,16 @@ func connect(ctx context.Context, rawURL string, o redisstreams.Options, logw io
 	}
 }
 
+// backend connects the operator commands (leases, tail, publish) to the
+// Redis that --redis (or the environment) names, with keys under keyspace.
+func (fs *flagSet) backend(ctx context.Context, redisFlag *string, keyspace string, logw io.Writer) (*redisstreams.Backend, error) {
+	url := fs.redisURL(redisFlag)
+	if url == "" {
+		return nil, needRedis()
+	}
+	return connect(ctx, url, redisstreams.Options{Prefix: keyspace}, logw)
+}
+
 // redact hides the password of a Redis URL.
 func redact(raw string) string {
 	u, err := url.Parse(raw)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/pubsub"
-	"github.com/leasebus/leasebus/redisstreams"
 )
 
 // tailTimeFormat is the time column of tail.
@@ -52,11 +51,7 @@ acks what it prints.`)
 	if *group != "" {
 		opts = append(opts, pubsub.Group(*group))
 	}
-	url := fs.redisURL(redisFlag)
-	if url == "" {
-		return needRedis()
-	}
-	b, err := connect(ctx, url, redisstreams.Options{Prefix: *keyspace}, e.stderr)
+	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err
 	}

@@ -401,7 +401,7 @@ func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
 		return // released, transferring or ended meanwhile
 	}
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid), errors.Is(err, ErrRevoked):
 		k.endLocked(h, fmt.Errorf("%w: lease %q of %s: renew: %w", ErrNotHeld, h.key, h.owner, err), false)
 	case err != nil:
 		h.lastErr = err

@@ -23,6 +23,12 @@ var (
 	// ErrClosed is returned by every lease call made after the backend (or
 	// Keeper) closed.
 	ErrClosed = errors.New("lease: closed")
+
+	// ErrRevoked is matched (errors.Is) by the error a backend returns when
+	// the lease a call refers to was revoked by an operator (see the
+	// optional revoke capability). A Held whose renewal returns it ends at
+	// once with that error as its cause.
+	ErrRevoked = errors.New("lease: revoked")
 )
 
 // Result is the outcome of AcquireLease.

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -10,9 +9,10 @@ import (
 )
 
 // Proxy is a TCP proxy on a free loopback port that forwards every
-// connection to a target address and can cut all of them at once, to
-// simulate network failures between a client and Redis. Its methods are safe
-// for concurrent use.
+// connection to a target address and can cut all of them at once, or
+// black-hole them (stop forwarding while keeping every socket open, as a
+// peer that stops answering does), to simulate network failures between a
+// client and Redis. Its methods are safe for concurrent use.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -23,6 +23,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	closed bool
 	refuse bool
+	hole   bool // black-holed: bytes are read and dropped, never forwarded
 	nextID int
 	conns  map[int]*proxyConn
 }
@@ -88,6 +89,50 @@ func (p *Proxy) SetRefuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
 	p.mu.Unlock()
+}
+
+// BlackHole stops forwarding in both directions on every connection, live
+// and new, while keeping every socket open: a client's writes succeed and
+// its reads wait for an answer that never comes, as when a network path or a
+// peer stops answering without resetting anything. Bytes sent meanwhile are
+// dropped. [Proxy.Restore] ends it.
+func (p *Proxy) BlackHole() {
+	p.mu.Lock()
+	p.hole = true
+	p.mu.Unlock()
+}
+
+// Restore ends a [Proxy.BlackHole]: it cuts every connection that lived
+// through it (their byte streams lost data, so they cannot be resumed) and
+// forwards new connections again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	p.hole = false
+	p.mu.Unlock()
+	p.CutAll()
+}
+
+func (p *Proxy) blackHoled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hole
+}
+
+// pipe copies src to dst until either fails, dropping what it reads while
+// the proxy is black-holed.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.blackHoled() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Conns returns the number of live proxied connections.
@@ -169,10 +214,10 @@ func (p *Proxy) serve(client net.Conn) {
 
 	go func() {
 		defer p.wg.Done()
-		io.Copy(server, client)
+		p.pipe(server, client)
 		p.drop(id, pc)
 	}()
-	io.Copy(client, server)
+	p.pipe(client, server)
 	p.drop(id, pc)
 }
 

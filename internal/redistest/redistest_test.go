@@ -311,3 +311,50 @@ func TestRestartRetriesBusyPort(t *testing.T) {
 		t.Logf("log shows no bind failure; the port was released before redis-server tried:\n%s", s.Log())
 	}
 }
+
+func TestProxyBlackHole(t *testing.T) {
+	s := Start(t, Options{})
+	p := NewProxy(t, s.Addr())
+	raw, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer raw.Close()
+	buf := make([]byte, 64)
+	ping := func(wait time.Duration) (string, error) {
+		if _, err := raw.Write([]byte("PING\r\n")); err != nil {
+			return "", err
+		}
+		raw.SetReadDeadline(time.Now().Add(wait))
+		n, err := raw.Read(buf)
+		return string(buf[:n]), err
+	}
+	if got, err := ping(5 * time.Second); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("PING = %q, %v; want +PONG", got, err)
+	}
+
+	p.BlackHole()
+	// The write succeeds and the socket stays open; no answer comes.
+	got, err := ping(300 * time.Millisecond)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("PING while black-holed = %q, %v; want a read timeout (socket open, no answer)", got, err)
+	}
+	if n := p.Conns(); n != 1 {
+		t.Fatalf("Conns() = %d while black-holed, want 1 (kept open)", n)
+	}
+	// A go-redis client with default options waits out its ReadTimeout.
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(t.Context()).Err(); err == nil {
+		t.Fatal("go-redis PING while black-holed succeeded, want a timeout")
+	}
+
+	p.Restore()
+	if n, err := raw.Read(buf); err == nil {
+		t.Fatalf("read on a connection that lived through the black hole = %q, want it cut", buf[:n])
+	}
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING after Restore: %v", err)
+	}
+}

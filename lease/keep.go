@@ -23,8 +23,7 @@ var (
 const (
 	// maxRenewBatch is the most renewals sent in one BatchRenewer call.
 	maxRenewBatch = 1000
-	// maxBatchesInFlight bounds concurrent BatchRenewer calls of one
-	// renewal round.
+	// maxBatchesInFlight bounds concurrent BatchRenewer calls.
 	maxBatchesInFlight = 4
 	// maxRenewInFlight bounds concurrent RenewLease calls when the provider
 	// has no BatchRenewer.
@@ -39,21 +38,39 @@ type KeeperOptions struct {
 	RenewEvery time.Duration
 }
 
-// Keeper holds leases and renews them in the background. One goroutine per
-// Keeper renews all of its Helds, in aligned batches: when the earliest Held
-// is due, every Held due within the next half renewal interval is renewed
-// with it, through [BatchRenewer] (at most 1000 per call, up to 4 calls at
-// once) when the provider has it, or else with one RenewLease per Held, up
-// to 64 at once. The
-// goroutine runs only while the Keeper holds at least one Held: it exits when
-// the last one ends and starts again on the next Keep.
+// Keeper holds leases and renews them in the background, failing closed.
 //
-// A Keeper is fail-closed: each Held is declared lost (Done closes, Context
-// is cancelled) as soon as a renewal is refused, and, while renewals fail,
-// before the lease could expire on the backend, reckoning from the moment the
-// last successful renewal was sent. The renew calls get a context whose
-// deadline is that moment, so the provider must honour ctx deadlines (every
-// provider in this module does).
+// # Loss deadline
+//
+// Every Held has a loss deadline of its own: the start (on the monotonic
+// clock) of the last acquire or renew call that succeeded, plus the TTL,
+// minus a safety margin of min(TTL/10, (TTL − renew interval)/2), which is a
+// tenth of the TTL with the default interval. The backend cannot expire the
+// lease before start + TTL, since it received the call after it started, so
+// the deadline always comes first, by the margin. When the deadline passes
+// the Held ends with an error matching ErrNotHeld: Done closes and Context is
+// cancelled (a timer of the Held's own fires it) and Err reports it even if
+// that timer has not run yet. Nothing delays it: not a renewal call still in
+// flight (a black-holed network, a client that ignores ctx deadlines, a
+// provider call that never returns), not the renewal rounds of other Helds,
+// not another Held's longer TTL. A refused renewal ends the Held at once.
+//
+// # Renewal
+//
+// One goroutine per Keeper schedules the renewals, in aligned batches: when
+// the earliest Held is due, every Held due within the next half renewal
+// interval is renewed with it, through [BatchRenewer] (at most 1000 per
+// call, up to 4 calls at once) when the provider has it, or else with one
+// RenewLease per Held, up to 64 at once. Calls run in goroutines of their
+// own, so a hanging call delays nobody else's renewal; while all the slots
+// are taken by hanging calls, the Helds waiting for one end at their loss
+// deadlines. Each call gets a context that ends halfway between its start
+// and the earliest loss deadline among its Helds, so that a Held whose call
+// failed or hung still has time for a retry; a Held whose renewal failed is
+// retried after min(TTL/10, renew interval). When a BatchRenewer reports a
+// [BatchError], only the requests it names as failed count as failed. The
+// scheduling goroutine runs only while the Keeper holds at least one Held:
+// it exits when the last one ends and starts again on the next Keep.
 //
 // A Keeper is safe for concurrent use. Create it with NewKeeper; the package
 // function [Keep] uses a Keeper shared per Provider instead.
@@ -66,14 +83,16 @@ type Keeper struct {
 	stopCtx context.Context // cancelled by Close: aborts renew calls in flight
 	stop    context.CancelFunc
 
-	wake chan struct{} // buffered 1: asks the loop to plan again
+	wake  chan struct{}  // buffered 1: asks the loop to plan again
+	calls sync.WaitGroup // renew calls in flight
 
 	mu       sync.Mutex
 	helds    map[*Held]struct{}
 	closed   bool
 	running  bool          // a loop goroutine is running
 	loopDone chan struct{} // closed when the latest loop goroutine exits
-	nextWake time.Time     // when the idle loop will look again; zero while renewing
+	inFlight int           // renew calls in flight
+	nextWake time.Time     // when the idle loop will look again; zero while planning
 }
 
 // NewKeeper returns a Keeper that keeps leases of p. It starts no goroutine
@@ -142,14 +161,17 @@ func sharedKeeper(p Provider) *Keeper {
 // wins, returns a Held that the Keeper renews until it is released,
 // transferred or lost, or the Keeper closes. ctx bounds only the acquire; the
 // Held's own lifetime is its Context, which carries ctx's values but not its
-// cancellation.
+// cancellation. The Held's first loss deadline (see [Keeper]) counts from
+// the start of the acquire.
 //
 // When another owner holds key, Keep returns a *HeldError (errors.Is
 // ErrHeld). It returns an error wrapping ErrInvalid for bad input (also when
 // ttl is not longer than KeeperOptions.RenewEvery), ErrClosed after Close,
-// and the provider's error (wrapped) when the acquire failed. Keeping a key
-// the same owner already holds re-acquires it (same token): owners should be
-// unique per holder.
+// the provider's error (wrapped) when the acquire failed, and an error
+// wrapping ErrNotHeld when the acquire won but took so long that the loss
+// deadline had passed when it returned (the lease is then released). Keeping
+// a key the same owner already holds re-acquires it (same token): owners
+// should be unique per holder.
 func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration) (*Held, error) {
 	if err := CheckAcquire(key, owner, ttl); err != nil {
 		return nil, err
@@ -172,12 +194,18 @@ func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration)
 	if !r.Acquired {
 		return nil, NewHeldError(key, r)
 	}
-	h := k.newHeld(ctx, key, owner, r.Token, ttl, interval, sent)
-	if !k.add(h) {
-		// Closed while acquiring: nobody would renew it.
+	return k.start(ctx, key, owner, r.Token, ttl, interval, sent)
+}
+
+// start keeps the lease just acquired (or transferred) for owner by a call
+// started at sent, or releases it when the Held could not be kept: the
+// Keeper closed meanwhile, or the loss deadline already passed.
+func (k *Keeper) start(ctx context.Context, key, owner string, token uint64, ttl, interval time.Duration, sent time.Time) (*Held, error) {
+	h := k.newHeld(ctx, key, owner, token, ttl, interval, sent)
+	if err := k.add(h); err != nil {
 		_ = k.p.ReleaseLease(context.WithoutCancel(ctx), key, owner)
-		h.cancel(ErrClosed)
-		return nil, ErrClosed
+		h.cancel(err)
+		return nil, err
 	}
 	return h, nil
 }
@@ -198,8 +226,9 @@ func (k *Keeper) interval(ttl time.Duration) (time.Duration, error) {
 // the cause of Context are ErrClosed), and later Keep calls return
 // ErrClosed. It does not release the leases: they stay with their owners
 // until they expire on the backend, unless each Held's Release is called. It
-// waits for the Keeper's goroutine to exit, is idempotent, safe to call
-// concurrently, and returns nil.
+// cancels the renew calls in flight and waits for them and for the Keeper's
+// goroutine to return (a provider call that ignores its ctx is waited for
+// too). It is idempotent, safe to call concurrently, and returns nil.
 func (k *Keeper) Close() error {
 	k.mu.Lock()
 	if !k.closed {
@@ -214,18 +243,25 @@ func (k *Keeper) Close() error {
 	if done != nil {
 		<-done
 	}
+	k.calls.Wait()
 	return nil
 }
 
-// add registers h and makes sure the loop will renew it in time. It reports
-// false when the Keeper is closed.
-func (k *Keeper) add(h *Held) bool {
+// add registers h, arms its loss timer and makes sure the loop will renew
+// it in time. It fails when the Keeper is closed or h's loss deadline has
+// passed already.
+func (k *Keeper) add(h *Held) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return false
+		return ErrClosed
+	}
+	left := time.Until(h.loseAt)
+	if left <= 0 {
+		return fmt.Errorf("%w: lease %q of %s: the acquire took longer than the lease allows", ErrNotHeld, h.key, h.owner)
 	}
 	k.helds[h] = struct{}{}
+	h.timer = time.AfterFunc(left, func() { k.expire(h) })
 	if !k.running {
 		k.running = true
 		prev := k.loopDone
@@ -234,13 +270,27 @@ func (k *Keeper) add(h *Held) bool {
 	} else if !k.nextWake.IsZero() && h.next.Before(k.nextWake) {
 		k.signal()
 	}
-	return true
+	return nil
 }
 
 func (k *Keeper) signal() {
 	select {
 	case k.wake <- struct{}{}:
 	default:
+	}
+}
+
+// expire ends h when its loss deadline has passed; h's timer calls it.
+func (k *Keeper) expire(h *Held) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.expireLocked(h, time.Now())
+}
+
+// expireLocked ends h if its loss deadline is not after now. k.mu is held.
+func (k *Keeper) expireLocked(h *Held, now time.Time) {
+	if h.state != heldEnded && !now.Before(h.loseAt) {
+		k.endLocked(h, h.lossErr(), false)
 	}
 }
 
@@ -253,6 +303,9 @@ func (k *Keeper) endLocked(h *Held, cause error, noRelease bool) {
 	}
 	h.state = heldEnded
 	h.noRelease = noRelease
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 	delete(k.helds, h)
 	h.cancel(cause)
 	if len(k.helds) == 0 {
@@ -261,8 +314,8 @@ func (k *Keeper) endLocked(h *Held, cause error, noRelease bool) {
 }
 
 // loop is the Keeper's goroutine: it sleeps until the earliest Held is due,
-// renews the batch that is due, and exits when the Keeper holds nothing or is
-// closed.
+// starts the renew calls of the Helds that are due, and exits when the
+// Keeper holds nothing or is closed. It never waits for a renew call.
 func (k *Keeper) loop(prev, done chan struct{}) {
 	defer close(done)
 	if prev != nil {
@@ -271,15 +324,17 @@ func (k *Keeper) loop(prev, done chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		due, deadline, wait, ok := k.plan()
+		due, wait, ok := k.plan()
 		if !ok {
 			return
 		}
 		if len(due) > 0 {
-			k.renew(due, deadline)
+			k.renew(due)
 			continue
 		}
-		timer.Reset(wait)
+		if wait > 0 {
+			timer.Reset(wait)
+		}
 		select {
 		case <-timer.C:
 		case <-k.wake:
@@ -289,24 +344,19 @@ func (k *Keeper) loop(prev, done chan struct{}) {
 	}
 }
 
-// plan ends the Helds whose renewal deadline has passed and returns either
-// the Helds to renew now (with the deadline of that round) or how long to
-// wait. It reports false, marking the loop stopped, when there is nothing
-// left to keep.
-func (k *Keeper) plan() (due []*Held, deadline time.Time, wait time.Duration, ok bool) {
+// plan ends the Helds whose loss deadline has passed (their timers do too;
+// this is a backstop) and returns either the Helds to renew now, as many as
+// free call slots allow, or how long to wait (0: until woken, when every
+// slot is taken). It reports false, marking the loop stopped, when there is
+// nothing left to keep.
+func (k *Keeper) plan() (due []*Held, wait time.Duration, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := time.Now()
 	var nextDue time.Time
 	for h := range k.helds {
-		if !now.Before(h.loseAt) {
-			k.endLocked(h, h.lossErr(), false)
-			continue
-		}
-		if deadline.IsZero() || h.loseAt.Before(deadline) {
-			deadline = h.loseAt
-		}
-		if h.state == heldActive && (nextDue.IsZero() || h.next.Before(nextDue)) {
+		k.expireLocked(h, now)
+		if h.state == heldActive && !h.renewing && (nextDue.IsZero() || h.next.Before(nextDue)) {
 			nextDue = h.next
 		}
 	}
@@ -316,87 +366,140 @@ func (k *Keeper) plan() (due []*Held, deadline time.Time, wait time.Duration, ok
 		if k.shared {
 			sharedKeepers.CompareAndDelete(k.p, k)
 		}
-		return nil, time.Time{}, 0, false
+		return nil, 0, false
 	}
-	if nextDue.IsZero() || nextDue.After(now) {
-		wake := deadline
-		if !nextDue.IsZero() && nextDue.Before(wake) {
-			wake = nextDue
-		}
-		k.nextWake = wake
-		return nil, time.Time{}, wake.Sub(now), true
+	if nextDue.IsZero() {
+		k.nextWake = now.Add(time.Hour) // woken by add, a finished call or an end
+		return nil, time.Hour, true
+	}
+	if nextDue.After(now) {
+		k.nextWake = nextDue
+		return nil, nextDue.Sub(now), true
+	}
+	room := k.room()
+	if room == 0 {
+		k.nextWake = time.Time{}
+		return nil, 0, true // a finishing call wakes the loop
 	}
 	for h := range k.helds {
 		// Align: renew now what would be due within half an interval.
-		if h.state == heldActive && !h.next.After(now.Add(h.interval/2)) {
+		if h.state == heldActive && !h.renewing && !h.next.After(now.Add(h.interval/2)) {
 			due = append(due, h)
+			if len(due) == room {
+				break
+			}
 		}
+	}
+	slices.SortFunc(due, func(a, b *Held) int { return a.loseAt.Compare(b.loseAt) })
+	for _, h := range due {
+		h.renewing = true
 	}
 	k.nextWake = time.Time{}
-	return due, deadline, 0, true
+	return due, 0, true
 }
 
-// renew renews due in one round, bounded by deadline (the earliest moment a
-// Held of the Keeper must be declared lost) and by Close.
-func (k *Keeper) renew(due []*Held, deadline time.Time) {
-	ctx, cancel := context.WithDeadline(k.stopCtx, deadline)
-	defer cancel()
-	var wg sync.WaitGroup
+// room returns how many Helds the free call slots can renew. k.mu is held.
+func (k *Keeper) room() int {
 	if k.batch != nil {
-		// The batches go out concurrently; each one's outcome is applied
-		// to its own Helds, reckoned from when that batch was sent.
-		sem := make(chan struct{}, maxBatchesInFlight)
-		for chunk := range slices.Chunk(due, maxRenewBatch) {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				k.renewBatch(ctx, chunk)
-			})
-		}
-		wg.Wait()
-		return
+		return (maxBatchesInFlight - k.inFlight) * maxRenewBatch
 	}
-	sem := make(chan struct{}, maxRenewInFlight)
-	for _, h := range due {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			sent := time.Now()
-			ok, err := k.p.RenewLease(ctx, h.key, h.owner, h.ttl)
-			k.mu.Lock()
-			k.applyLocked(h, sent, ok, err)
-			k.mu.Unlock()
+	return maxRenewInFlight - k.inFlight
+}
+
+// renew starts the calls that renew due (sorted by loss deadline, so that
+// Helds of similar deadlines share a call), each in a goroutine of its own.
+func (k *Keeper) renew(due []*Held) {
+	size := 1
+	if k.batch != nil {
+		size = maxRenewBatch
+	}
+	for chunk := range slices.Chunk(due, size) {
+		k.mu.Lock()
+		k.inFlight++
+		k.mu.Unlock()
+		k.calls.Go(func() {
+			defer k.callDone()
+			if k.batch != nil {
+				k.renewBatch(chunk)
+			} else {
+				k.renewOne(chunk[0])
+			}
 		})
 	}
-	wg.Wait()
+}
+
+func (k *Keeper) callDone() {
+	k.mu.Lock()
+	k.inFlight--
+	k.mu.Unlock()
+	k.signal()
+}
+
+// callContext returns the context of a renew call of hs starting at sent:
+// it ends halfway between sent and the earliest loss deadline among hs
+// (Helds in the call that fail can then still be retried in time), or when
+// the Keeper closes.
+func (k *Keeper) callContext(hs []*Held, sent time.Time) (context.Context, context.CancelFunc) {
+	k.mu.Lock()
+	first := hs[0].loseAt
+	for _, h := range hs[1:] {
+		if h.loseAt.Before(first) {
+			first = h.loseAt
+		}
+	}
+	k.mu.Unlock()
+	return context.WithDeadline(k.stopCtx, sent.Add(first.Sub(sent)/2))
+}
+
+// renewOne renews h with one RenewLease.
+func (k *Keeper) renewOne(h *Held) {
+	sent := time.Now()
+	ctx, cancel := k.callContext([]*Held{h}, sent)
+	defer cancel()
+	ok, err := k.p.RenewLease(ctx, h.key, h.owner, h.ttl)
+	k.mu.Lock()
+	k.applyLocked(h, sent, ok, err)
+	k.mu.Unlock()
 }
 
 // renewBatch renews chunk with one BatchRenewer call and applies the
-// outcome to each of its Helds: any error, or a result of the wrong length,
-// counts as a failed renewal of every one.
-func (k *Keeper) renewBatch(ctx context.Context, chunk []*Held) {
+// outcome to each of its Helds: an error counts as a failed renewal of
+// every one, except a *BatchError with a full-length result, which fails
+// only the requests it names; a result of the wrong length fails all.
+func (k *Keeper) renewBatch(chunk []*Held) {
 	reqs := make([]Renewal, len(chunk))
 	for i, h := range chunk {
 		reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
 	}
 	sent := time.Now()
+	ctx, cancel := k.callContext(chunk, sent)
+	defer cancel()
 	oks, err := k.batch.RenewLeases(ctx, reqs)
+	var each []error
+	if be, isBatch := errors.AsType[*BatchError](err); isBatch && len(be.Errs) == len(reqs) && len(oks) == len(reqs) {
+		each, err = be.Errs, nil
+	}
 	if err == nil && len(oks) != len(reqs) {
 		err = fmt.Errorf("lease: RenewLeases returned %d results for %d requests", len(oks), len(reqs))
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for i, h := range chunk {
-		var ok bool
-		if err == nil {
+		ok, herr := false, err
+		if herr == nil && each != nil {
+			herr = each[i]
+		}
+		if herr == nil {
 			ok = oks[i]
 		}
-		k.applyLocked(h, sent, ok, err)
+		k.applyLocked(h, sent, ok, herr)
 	}
 }
 
-// applyLocked records the outcome of renewing h, sent at sent. k.mu is held.
+// applyLocked records the outcome of renewing h with a call started at
+// sent. k.mu is held.
 func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
+	h.renewing = false
 	if h.state != heldActive {
 		return // released, transferring or ended meanwhile
 	}
@@ -411,7 +514,10 @@ func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
 	default:
 		h.lastErr = nil
 		h.next = sent.Add(h.interval)
-		h.loseAt = sent.Add(h.ttl - h.margin)
+		if loseAt := sent.Add(h.ttl - h.margin); loseAt.After(h.loseAt) {
+			h.loseAt = loseAt
+			h.timer.Reset(time.Until(loseAt))
+		}
 	}
 }
 
@@ -431,26 +537,30 @@ const (
 //   - ErrTransferred after a successful Transfer;
 //   - ErrClosed after the Keeper's Close;
 //   - an error matching ErrNotHeld when the lease was lost: a renewal was
-//     refused, or renewals kept failing (then it also wraps the last renew
-//     error) until the lease could expire on the backend.
+//     refused (also matching ErrRevoked when the lease was revoked), or its
+//     loss deadline passed (see [Keeper]) while renewals failed or hung
+//     (then it also wraps the last renew error, if one returned).
 type Held struct {
 	k                         *Keeper
 	key, owner                string
 	token                     uint64
 	ttl, interval             time.Duration
 	margin, retry             time.Duration
-	ctx                       context.Context
+	ctx                       context.Context // cancelled with the cause when the Held ends
+	hctx                      heldContext     // what Context returns
 	cancel                    context.CancelCauseFunc
 	state                     heldState // guarded by k.mu, like the fields below
+	renewing                  bool      // a renew call for it is in flight
 	next, loseAt              time.Time
+	timer                     *time.Timer // fires expire at loseAt
 	lastErr                   error
 	noRelease, releaseStarted bool
 }
 
 func (k *Keeper) newHeld(ctx context.Context, key, owner string, token uint64, ttl, interval time.Duration, sent time.Time) *Held {
-	// Lost at the latest a margin before the backend could expire the lease;
-	// the margin leaves room for the last renewal and never reaches back
-	// before the next renewal is due.
+	// Lost a margin before the backend could expire the lease; the margin
+	// leaves room for the last renewal and never reaches back before the
+	// next renewal is due.
 	margin := min(ttl/10, (ttl-interval)/2)
 	h := &Held{
 		k: k, key: key, owner: owner, token: token,
@@ -460,14 +570,38 @@ func (k *Keeper) newHeld(ctx context.Context, key, owner string, token uint64, t
 		loseAt: sent.Add(ttl - margin),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	h.hctx = heldContext{Context: h.ctx, h: h}
 	return h
 }
 
 func (h *Held) lossErr() error {
 	if h.lastErr != nil {
-		return fmt.Errorf("%w: lease %q of %s: gave up before expiry, renewals failing: %w", ErrNotHeld, h.key, h.owner, h.lastErr)
+		return fmt.Errorf("%w: lease %q of %s: loss deadline passed, renewals failing: %w", ErrNotHeld, h.key, h.owner, h.lastErr)
 	}
-	return fmt.Errorf("%w: lease %q of %s: gave up before expiry, no renewal completed in time", ErrNotHeld, h.key, h.owner)
+	return fmt.Errorf("%w: lease %q of %s: loss deadline passed, no renewal completed in time", ErrNotHeld, h.key, h.owner)
+}
+
+// checkDeadline ends h if its loss deadline has passed, so that no accessor
+// reports it live past the deadline even before its timer has run.
+func (h *Held) checkDeadline() {
+	if h.ctx.Err() != nil {
+		return
+	}
+	h.k.mu.Lock()
+	h.k.expireLocked(h, time.Now())
+	h.k.mu.Unlock()
+}
+
+// heldContext is the Held's Context: its Err checks the loss deadline
+// itself rather than trust that the Held's timer has run.
+type heldContext struct {
+	context.Context
+	h *Held
+}
+
+func (c heldContext) Err() error {
+	c.h.checkDeadline()
+	return c.Context.Err()
 }
 
 // Key returns the lease key.
@@ -483,20 +617,35 @@ func (h *Held) Token() uint64 { return h.token }
 // TTL returns the ttl the lease is renewed with.
 func (h *Held) TTL() time.Duration { return h.ttl }
 
+// Deadline returns the Held's current loss deadline (see [Keeper]): the
+// moment it ends unless a renewal succeeds first. A renewal moves it later;
+// nothing moves it earlier. Bound a write that must happen while the lease
+// is held with it (context.WithDeadline), so that a client that honours ctx
+// deadlines gives up in time.
+func (h *Held) Deadline() time.Time {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	return h.loseAt
+}
+
 // Done returns a channel that is closed when the Held ends: released,
 // transferred, lost, or its Keeper closed. When it closes because of a
-// failing or refused renewal, it does so before the lease could expire on the
-// backend, so work guarded by it stops before another owner can take over.
+// failing or refused renewal, it does so at the latest at the loss deadline,
+// before the lease could expire on the backend, so work guarded by it stops
+// before another owner can take over.
 func (h *Held) Done() <-chan struct{} { return h.ctx.Done() }
 
 // Context returns a context that is cancelled when the Held ends, with the
 // reason as its context.Cause. It carries the values of Keep's ctx, not its
-// cancellation. Run the work the lease guards under it.
-func (h *Held) Context() context.Context { return h.ctx }
+// cancellation. Its Err is non-nil from the loss deadline on. Run the work
+// the lease guards under it.
+func (h *Held) Context() context.Context { return h.hctx }
 
-// Err returns nil while the lease is held and, once Done is closed, why it
-// ended (see [Held]).
+// Err returns nil while the lease is held and, once it ended, why (see
+// [Held]). It is non-nil from the loss deadline on, even if Done has not
+// closed yet.
 func (h *Held) Err() error {
+	h.checkDeadline()
 	if h.ctx.Err() == nil {
 		return nil
 	}
@@ -587,11 +736,5 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	if !r.Acquired {
 		return nil, fmt.Errorf("%w: lease %q lost right after its transfer to %s: %w", ErrNotHeld, h.key, to, NewHeldError(h.key, r))
 	}
-	nh := k.newHeld(ctx, h.key, to, r.Token, h.ttl, h.interval, sent)
-	if !k.add(nh) {
-		_ = k.p.ReleaseLease(context.WithoutCancel(ctx), h.key, to)
-		nh.cancel(ErrClosed)
-		return nil, ErrClosed
-	}
-	return nh, nil
+	return k.start(ctx, h.key, to, r.Token, h.ttl, h.interval, sent)
 }

@@ -107,9 +107,46 @@ type Renewal struct {
 type BatchRenewer interface {
 	// RenewLeases renews each request as RenewLease would and returns one
 	// result per request, in order. An error means no result is known (the
-	// whole batch should be treated as not renewed); a bad request makes the
-	// whole call fail with an error wrapping ErrInvalid.
+	// whole batch should be treated as not renewed), except a *BatchError
+	// returned with a full-length result: then only the requests whose entry
+	// in BatchError.Errs is non-nil have no known result, and the others'
+	// results hold (so one unreachable shard fails only its own leases). A
+	// bad request makes the whole call fail with an error wrapping
+	// ErrInvalid.
 	RenewLeases(ctx context.Context, reqs []Renewal) ([]bool, error)
+}
+
+// BatchError is the error of a batch call some of whose requests failed
+// while the others got a result: Errs has one entry per request, in order,
+// nil where the request's result is known. errors.Is and errors.As see
+// every non-nil entry.
+type BatchError struct {
+	Errs []error
+}
+
+// Error reports how many requests failed and the first failure.
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("lease: %d of %d requests failed: %v", n, len(e.Errs), first)
+}
+
+// Unwrap returns the non-nil entries of Errs.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // ProviderOf returns backend as a Provider when it implements all five lease

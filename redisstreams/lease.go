@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -392,103 +391,6 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 		return false, b.leaseErr("transfer", key, err)
 	}
 	return tok > 0, nil
-}
-
-// RenewLeases renews each request as RenewLease would and returns one result
-// per request, in order (lease.BatchRenewer). Requests are grouped into
-// renew_many.lua calls of up to PipelineChunk leases, each checking and
-// extending every lease of its group on the server's clock: on a standalone
-// or Sentinel client, consecutive requests; on a Cluster, requests whose
-// lease keys share a hash slot; on any other client (a Ring), one request
-// per call. The calls go out in pipelines (on a Cluster, split per node and
-// run in parallel), so 10,000 renewals on one server are 10 scripts in one
-// round trip. When the server has lost the script cache the affected calls
-// are sent again as EVAL. An error means no result is known and the whole
-// batch should be treated as not renewed. A bad request fails the whole call
-// with an error wrapping lease.ErrInvalid, before anything is sent; after
-// Close, lease.ErrClosed.
-func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {
-	if err := lease.CheckRenewals(reqs); err != nil {
-		return nil, err
-	}
-	if b.isClosed() {
-		return nil, lease.ErrClosed
-	}
-	groups := b.renewGroups(reqs)
-	out := make([]bool, len(reqs))
-	errs := make([]error, len(groups))
-	cold := !b.hints.cached(renewManyScript)
-	inPipelines(len(groups), func(i int) int { return len(groups[i]) }, cold, func(lo, hi int) {
-		calls := make([]*leaseCall, hi-lo)
-		for i, g := range groups[lo:hi] {
-			keys := make([]string, len(g))
-			argv := make([]any, 2*len(g))
-			for j, r := range g {
-				keys[j] = b.keys.Lease(reqs[r].Key)
-				argv[j] = reqs[r].Owner
-				argv[len(g)+j] = ttlMillis(reqs[r].TTL)
-			}
-			calls[i] = newCall(ctx, renewManyScript, keys, argv...)
-		}
-		b.sendCalls(ctx, calls)
-		for i, c := range calls {
-			g := groups[lo+i]
-			res, err := c.cmd.Text()
-			if err == nil && len(res) != len(g) {
-				err = fmt.Errorf("unexpected reply %q to a renewal of %d leases", res, len(g))
-			}
-			if err != nil {
-				errs[lo+i] = err
-				continue
-			}
-			for j, r := range g {
-				out[r] = res[j] == '1'
-			}
-		}
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, b.batchErr(fmt.Sprintf("renew %d leases", len(reqs)), err)
-		}
-	}
-	return out, nil
-}
-
-// renewGroups splits the indexes of reqs into the groups RenewLeases sends
-// to renew_many.lua, each of at most PipelineChunk requests whose keys one
-// call may touch.
-func (b *Backend) renewGroups(reqs []lease.Renewal) [][]int {
-	var groups [][]int
-	switch b.client.(type) {
-	case *redis.Client:
-		// One server: any keys may share a script.
-		idx := make([]int, len(reqs))
-		for i := range idx {
-			idx[i] = i
-		}
-		groups = slices.Collect(slices.Chunk(idx, PipelineChunk))
-	case *redis.ClusterClient:
-		// One script may touch only keys of one hash slot.
-		bySlot := make(map[uint16]int) // slot → index in groups of its open group
-		for i, r := range reqs {
-			slot := keys.Slot(b.keys.Lease(r.Key))
-			gi, ok := bySlot[slot]
-			if !ok || len(groups[gi]) == PipelineChunk {
-				gi = len(groups)
-				groups = append(groups, nil)
-				bySlot[slot] = gi
-			}
-			groups[gi] = append(groups[gi], i)
-		}
-	default:
-		// A Ring (or another sharding client) may put any two keys on
-		// different shards.
-		groups = make([][]int, len(reqs))
-		for i := range reqs {
-			groups[i] = []int{i}
-		}
-	}
-	return groups
 }
 
 // leaseErr wraps a Redis error of a lease operation on key. A client closed

@@ -58,6 +58,13 @@ type Options struct {
 	Consumer string
 	// Logger receives the backend's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// ConfigureClient, when set, is called by NewURL with the client
+	// options parsed from the URL, before the client is built, to set what
+	// a URL cannot express (TLS config, dialer, hooks, pool settings). NewURL
+	// has already set ContextTimeoutEnabled; turning it off makes lease and
+	// publish calls ignore ctx deadlines (leases still fail closed, see
+	// New). New ignores it.
+	ConfigureClient func(*redis.Options)
 }
 
 func (o *Options) setDefaults() error {
@@ -125,22 +132,56 @@ var (
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring. The
 // Backend never closes client. It does not contact Redis; the first call does.
 // Bad options return an error wrapping ErrInvalid.
+//
+// What New needs from client: that it honours ctx deadlines
+// (ContextTimeoutEnabled in go-redis's options, which NewURL sets). With a
+// client that ignores them, leases still fail closed — a lease.Held ends at
+// its own loss deadline whatever its renew calls do, and RenewLeases
+// returns when its ctx ends — but a single lease call, a publish or a read
+// may then block until the client's ReadTimeout (3s by default) on a network
+// that stops answering. New logs a warning for such a *redis.Client or
+// *redis.ClusterClient.
 func New(client redis.UniversalClient, o Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalid)
 	}
-	return newBackend(client, false, o)
+	b, err := newBackend(client, false, o)
+	if err != nil {
+		return nil, err
+	}
+	if !honoursDeadlines(client) {
+		b.opts.Logger.Warn("redisstreams: the Redis client ignores ctx deadlines (ContextTimeoutEnabled is off): leases still fail closed, but calls may block until the client's ReadTimeout when Redis stops answering")
+	}
+	return b, nil
+}
+
+// honoursDeadlines reports whether client is known to ignore ctx
+// deadlines: false only for a client whose options say so.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // NewURL connects to the Redis at url (redis://, rediss:// or unix://, as
 // redis.ParseURL reads it), checks it answers PING within ctx, and returns a
-// Backend that owns the client (Close closes it). An unparsable url returns
+// Backend that owns the client (Close closes it). The client honours ctx
+// deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
+// Options.ConfigureClient may adjust the rest. An unparsable url returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
 // later than ctx's deadline.
 func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: url %q: %v", ErrInvalid, url, err)
+	}
+	ro.ContextTimeoutEnabled = true
+	if o.ConfigureClient != nil {
+		o.ConfigureClient(ro)
 	}
 	client := redis.NewClient(ro)
 	if err := client.Ping(ctx).Err(); err != nil {

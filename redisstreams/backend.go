@@ -29,6 +29,8 @@ const (
 	DefaultMaxEventSize = 1 << 20
 	DefaultBlockTime    = 2 * time.Second
 	DefaultBatchSize    = 256
+	// DefaultLeaseSyncTimeout is Options.LeaseSyncTimeout's default.
+	DefaultLeaseSyncTimeout = time.Second
 )
 
 // Options configures a Backend. The zero value is valid; each field's default
@@ -58,6 +60,33 @@ type Options struct {
 	Consumer string
 	// Logger receives the backend's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// LeaseSyncReplicas, when positive, makes AcquireLease and
+	// TransferLease report a win only once the lease and its fencing
+	// counter reached at least that many replicas (the script and WAIT sent
+	// on one connection of the key's master); when fewer acknowledge within
+	// LeaseSyncTimeout they return an error instead — never a win — and the
+	// lease stays on the master until its TTL ends. It protects fencing
+	// across a failover: a replica promoted after the master died holds
+	// every token a caller was told it won, so no token is handed out twice,
+	// provided the promoted replica is one that acknowledged: set it to the
+	// number of replicas (with 1 of 2, TestLeaseSyncFailover's scenario saw
+	// Sentinel promote the replica that had not acknowledged, and a token
+	// handed out twice). While fewer replicas are connected than it asks
+	// (after a failover, until the old master rejoins), every acquire and
+	// transfer fails. It costs one more round trip's worth of
+	// waiting for the replica on every acquire and transfer, which are no
+	// longer coalesced with other lease calls (BENCHMARKS.md). Default 0:
+	// replication stays asynchronous. It needs a *redis.Client (standalone
+	// or Sentinel) or a *redis.ClusterClient.
+	LeaseSyncReplicas int
+	// LeaseSyncAOF, when set, also makes acquire and transfer wait until the
+	// master (and LeaseSyncReplicas replicas) wrote the change to its
+	// append-only file (WAITAOF, Redis 7.2 or later; on an older server every
+	// acquire and transfer returns the server's error). Default false.
+	LeaseSyncAOF bool
+	// LeaseSyncTimeout bounds the wait of LeaseSyncReplicas and
+	// LeaseSyncAOF. Default DefaultLeaseSyncTimeout.
+	LeaseSyncTimeout time.Duration
 	// ConfigureClient, when set, is called by NewURL with the client
 	// options parsed from the URL, before the client is built, to set what
 	// a URL cannot express (TLS config, dialer, hooks, pool settings). NewURL
@@ -101,8 +130,22 @@ func (o *Options) setDefaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	switch {
+	case o.LeaseSyncReplicas < 0:
+		return fmt.Errorf("%w: LeaseSyncReplicas %d is negative", ErrInvalid, o.LeaseSyncReplicas)
+	case o.LeaseSyncTimeout < 0:
+		return fmt.Errorf("%w: LeaseSyncTimeout %v is negative", ErrInvalid, o.LeaseSyncTimeout)
+	case o.LeaseSyncTimeout == 0:
+		o.LeaseSyncTimeout = DefaultLeaseSyncTimeout
+	case o.LeaseSyncTimeout < time.Millisecond:
+		return fmt.Errorf("%w: LeaseSyncTimeout %v is below 1ms", ErrInvalid, o.LeaseSyncTimeout)
+	}
 	return nil
 }
+
+// leaseSync reports whether acquire and transfer wait for replicas or the
+// AOF.
+func (o *Options) leaseSync() bool { return o.LeaseSyncReplicas > 0 || o.LeaseSyncAOF }
 
 // Backend is a pubsub.PubSub and lease.Provider on Redis. It is safe for
 // concurrent use. Create it with New or NewURL; Close it when done.
@@ -155,8 +198,8 @@ func New(client redis.UniversalClient, o Options) (*Backend, error) {
 	return b, nil
 }
 
-// honoursDeadlines reports whether client is known to ignore ctx
-// deadlines: false only for a client whose options say so.
+// honoursDeadlines reports false only for a client whose options say it
+// ignores ctx deadlines.
 func honoursDeadlines(client redis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *redis.Client:
@@ -206,6 +249,13 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 	}
 	if o.Consumer == "" {
 		o.Consumer = defaultConsumerName()
+	}
+	if o.leaseSync() {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("%w: LeaseSyncReplicas/LeaseSyncAOF need a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, client)
+		}
 	}
 	b := &Backend{client: client, ownClient: own, opts: o, keys: space}
 	b.bus.init(b)

@@ -286,8 +286,14 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	if b.isClosed() {
 		return lease.Result{}, lease.ErrClosed
 	}
-	reply, err := b.runLease(ctx, newCall(ctx, acquireScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl))).Result()
+	c := newCall(ctx, acquireScript, []string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl))
+	var reply any
+	var err error
+	if b.opts.leaseSync() {
+		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), func(r any) bool { _, won := r.(int64); return won })
+	} else {
+		reply, err = b.runLease(ctx, c).Result()
+	}
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
 	}
@@ -385,8 +391,16 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	tok, err := b.runLease(ctx, newCall(ctx, transferScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl))).Int64()
+	c := newCall(ctx, transferScript, []string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl))
+	var tok int64
+	var err error
+	if b.opts.leaseSync() {
+		var reply any
+		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), func(r any) bool { n, _ := r.(int64); return n > 0 })
+		tok = toInt64(reply)
+	} else {
+		tok, err = b.runLease(ctx, c).Int64()
+	}
 	if err != nil {
 		return false, b.leaseErr("transfer", key, err)
 	}

@@ -1,0 +1,209 @@
+package redisstreams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+)
+
+func TestLeaseSyncOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	for _, o := range []Options{{LeaseSyncReplicas: -1}, {LeaseSyncTimeout: -time.Second}, {LeaseSyncReplicas: 1, LeaseSyncTimeout: time.Microsecond}} {
+		if _, err := New(c, o); !errors.Is(err, ErrInvalid) {
+			t.Errorf("New(%+v) = %v, want ErrInvalid", o, err)
+		}
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { ring.Close() })
+	if _, err := New(ring, Options{LeaseSyncReplicas: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("New(ring, LeaseSyncReplicas 1) = %v, want ErrInvalid naming the client", err)
+	}
+}
+
+// TestLeaseSyncNeverWinsUnreplicated: with LeaseSyncReplicas set, an
+// acquire or transfer that cannot reach the replicas returns an error, never
+// a win — on a server with no replica, and with the replica paused — and
+// LeaseSyncAOF on a server without WAITAOF (Redis 7.0) does the same.
+func TestLeaseSyncNeverWinsUnreplicated(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, o := range []Options{{LeaseSyncReplicas: 1, LeaseSyncTimeout: 50 * time.Millisecond}, {LeaseSyncAOF: true}} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { c.Close() })
+		o.Prefix = "sync-none"
+		b, err := New(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := b.AcquireLease(t.Context(), "k", "a", time.Minute)
+		if err == nil {
+			t.Fatalf("%+v without a replica: AcquireLease = %+v, nil; want an error, never a win", o, r)
+		}
+		t.Logf("%+v without a replica: %v", o, err)
+		_ = b.ReleaseLease(t.Context(), "k", "a")
+	}
+
+	st := redistest.StartSentinel(t, 1)
+	b := syncBackend(t, st, 1)
+	// The replica may still be syncing right after the start.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		r, err := b.AcquireLease(t.Context(), "k", "a", time.Minute)
+		if err == nil && r.Acquired {
+			break
+		}
+		if time.Since(start) > redistest.ReadyTimeout {
+			t.Fatalf("AcquireLease with a live replica = %+v, %v; want a win", r, err)
+		}
+	}
+	if ok, err := b.TransferLease(t.Context(), "k", "a", "b", time.Minute); err != nil || !ok {
+		t.Fatalf("TransferLease with a live replica = %v, %v; want true", ok, err)
+	}
+	replica := replicaOf(t, st)
+	replica.Pause(t)
+	r, err := b.AcquireLease(t.Context(), "k2", "a", time.Minute)
+	if err == nil {
+		t.Fatalf("AcquireLease with the replica paused = %+v, nil; want an error, never a win", r)
+	}
+	ok, err := b.TransferLease(t.Context(), "k", "b", "c", time.Minute)
+	if err == nil {
+		t.Fatalf("TransferLease with the replica paused = %v, nil; want an error, never a win", ok)
+	}
+	replica.Resume(t)
+}
+
+// TestLeaseSyncFailover acquires and releases one key over and over on a
+// Sentinel deployment, with LeaseSyncReplicas 1 and a failover client of
+// go-redis's default options, while the master is killed and the replica
+// promoted (two replicas, so that one is left to acknowledge after it):
+// every token a caller was told it won is greater than every
+// earlier one — none is handed out twice across the failover.
+func TestLeaseSyncFailover(t *testing.T) {
+	st := redistest.StartSentinel(t, 2)
+	b := syncBackend(t, st, 2)
+	ctx := t.Context()
+	var (
+		mu     sync.Mutex
+		tokens []uint64
+		errs   int
+		stop   = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := b.AcquireLease(ctx, "fenced", "a", time.Minute)
+			if err != nil {
+				mu.Lock()
+				errs++
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if r.Acquired {
+				mu.Lock()
+				tokens = append(tokens, r.Token)
+				mu.Unlock()
+			}
+			_ = b.ReleaseLease(ctx, "fenced", "a")
+		}
+	}()
+	wins := func() int { mu.Lock(); defer mu.Unlock(); return len(tokens) }
+	waitWins := func(n int) {
+		deadline := time.Now().Add(redistest.FailoverTimeout)
+		for wins() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d wins, want %d", wins(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitWins(50)
+	before := wins()
+	old := st.Master()
+	st.Failover(t)
+	old.Restart(t) // the sentinel makes it a replica of the new master
+	waitWins(before + 50)
+	close(stop)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d won after token %d (win %d of %d): handed out again across the failover", tokens[i], tokens[i-1], i, len(tokens))
+		}
+	}
+	t.Logf("%d wins (%d before the failover), tokens %d..%d strictly increasing, %d errors during the failover", len(tokens), before, tokens[0], tokens[len(tokens)-1], errs)
+}
+
+func syncBackend(t *testing.T, st *redistest.Sentinel, replicas int) *Backend {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.MasterName(), SentinelAddrs: st.SentinelAddrs()})
+	t.Cleanup(func() { c.Close() })
+	b, err := New(c, Options{Prefix: psPrefix(), LeaseSyncReplicas: replicas, LeaseSyncTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func replicaOf(t *testing.T, st *redistest.Sentinel) *redistest.Server {
+	for _, n := range st.Nodes() {
+		if n != st.Master() {
+			return n
+		}
+	}
+	t.Fatal("no replica")
+	return nil
+}
+
+// BenchmarkLeaseSync measures what LeaseSyncReplicas costs: an acquire +
+// release cycle on a master with one replica, without and with the option,
+// one caller and 16 concurrent callers (the sub-benchmarks alternate).
+func BenchmarkLeaseSync(b *testing.B) {
+	st := redistest.StartSentinel(b, 1)
+	c := redis.NewClient(&redis.Options{Addr: st.Master().Addr()})
+	b.Cleanup(func() { c.Close() })
+	for _, par := range []int{1, 16} {
+		for _, replicas := range []int{0, 1} {
+			b.Run(fmt.Sprintf("callers=%d/LeaseSyncReplicas=%d", par, replicas), func(b *testing.B) {
+				be, err := New(c, Options{Prefix: psPrefix(), LeaseSyncReplicas: replicas, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { be.Close() })
+				ctx := context.Background()
+				b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					id := benchSeq.Add(1)
+					key, owner := fmt.Sprintf("sync-%d", id), fmt.Sprintf("owner-%d", id)
+					for pb.Next() {
+						r, err := be.AcquireLease(ctx, key, owner, benchTTL)
+						if err != nil || !r.Acquired {
+							b.Errorf("acquire = %+v, %v", r, err)
+							return
+						}
+						if err := be.ReleaseLease(ctx, key, owner); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

@@ -58,13 +58,14 @@ type workerCfg struct {
 	NoNext bool          // the agent does not call Next
 	Stuck  time.Duration // the agent sleeps this long ignoring ctx, then reports
 	GoKey  string        // wait for this Redis key before sending
+	Via    string        // the runtime's Redis address (a proxy), by NewURL with default options; records still go straight to W_URL
 }
 
 func (c workerCfg) env(url string) []string {
 	return append(os.Environ(),
 		workerEnv+"="+c.Mode, "W_URL="+url, "W_ID="+c.ID, "W_INC="+c.Inc, "W_THREAD="+c.Thread,
 		"W_SIGS="+strings.Join(c.Sigs, ","), "W_DELAY="+c.Delay.String(),
-		"W_NONEXT="+strconv.FormatBool(c.NoNext), "W_STUCK="+c.Stuck.String(), "W_GO="+c.GoKey)
+		"W_NONEXT="+strconv.FormatBool(c.NoNext), "W_STUCK="+c.Stuck.String(), "W_GO="+c.GoKey, "W_VIA="+c.Via)
 }
 
 type worker struct {
@@ -278,6 +279,13 @@ func TestWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := b.Client()
+	if via := os.Getenv("W_VIA"); via != "" {
+		// The runtime reaches Redis through the parent's proxy, on a
+		// client built as users build it; the fenced records (c) do not.
+		if b, err = redisstreams.NewURL(ctx, "redis://"+via+"/0", redisstreams.Options{BlockTime: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
 	stuck, _ := time.ParseDuration(os.Getenv("W_STUCK"))
 	noNext := os.Getenv("W_NONEXT") == "true"
@@ -294,6 +302,7 @@ func TestWorkerProcess(t *testing.T) {
 			c.Incr(bg, "violations")
 		}
 		fmt.Printf("W ran %s %s\n", run.Thread, s.ID)
+		fmt.Printf("W started %s %s %d %d\n", run.Thread, s.ID, run.Token, time.Now().UnixNano())
 		if stuck > 0 {
 			time.Sleep(stuck) // ignores ctx, like a stuck agent
 			select {
@@ -311,6 +320,11 @@ func TestWorkerProcess(t *testing.T) {
 			select {
 			case <-time.After(delay):
 			case <-ctx.Done():
+				// A fenced write right at the cancel: accepted unless a
+				// newer run of the thread started already.
+				at := time.Now().UnixNano()
+				ok, _ := fence(bg, c, run.Thread, run.Token, "")
+				fmt.Printf("W cancelled %s %s %d %d fence=%t\n", run.Thread, s.ID, run.Token, at, ok)
 			}
 		}
 		// The end of the signal: fenced again, so that a run overlapping

@@ -394,3 +394,48 @@ func TestProcSoak(t *testing.T) {
 	t.Logf("%d threads checked: %d second runs (redeliveries after the kill), %d starts refused by the fence, %d first runs out of order (all Redelivered)",
 		soakThreads, dups, refused, reorders)
 }
+
+// TestProcOwnerBlackHoled cuts the owner's runtime off from Redis mid-run
+// the way a dead network path does (its connections stay open, nothing
+// answers; its runtime uses NewURL's client with default options) while its
+// agent's fenced writes still reach Redis. The owner's run ctx must be
+// cancelled before another process's run of the thread starts: the owner's
+// fenced write at the cancel is accepted (no newer token had been used), and
+// its cancel time is before the start of B's run.
+func TestProcOwnerBlackHoled(t *testing.T) {
+	srv, c := startRedis(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	b := startWorker(t, srv.URL(), workerCfg{ID: "B", Mode: "serve", Delay: 50 * time.Millisecond})
+	b.expect(t, "ready", 10*time.Second)
+	a := startWorker(t, srv.URL(), workerCfg{ID: "A", Mode: "send", Thread: "h", Sigs: []string{"h0"}, Delay: time.Minute, Via: proxy.Addr()})
+	a.expect(t, "ran h h0", 10*time.Second)
+	proxy.BlackHole()
+	holed := time.Now()
+
+	var aTok uint64
+	var aAt int64
+	var aFence bool
+	if _, err := fmt.Sscanf(a.expect(t, "cancelled h h0", 2*procTTL), "cancelled h h0 %d %d fence=%t", &aTok, &aAt, &aFence); err != nil {
+		t.Fatal(err)
+	}
+	line := b.expect(t, "started h h0", 2*procTTL+5*time.Second)
+	var bTok uint64
+	var bAt int64
+	if _, err := fmt.Sscanf(line, "started h h0 %d %d", &bTok, &bAt); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("A's run cancelled %v after the black hole; B started %v after it (tokens %d, %d)",
+		time.Duration(aAt-holed.UnixNano()).Round(time.Millisecond), time.Duration(bAt-aAt).Round(time.Millisecond), aTok, bTok)
+	if !aFence {
+		t.Fatalf("A's fenced write at its cancel was refused: a newer run had started before A's ctx was cancelled")
+	}
+	if aAt >= bAt {
+		t.Fatalf("A's run ctx was cancelled %v after B's run started", time.Duration(aAt-bAt))
+	}
+	if bTok <= aTok {
+		t.Fatalf("B's token %d not above A's %d", bTok, aTok)
+	}
+	if v, _ := c.Get(context.Background(), "violations").Int(); v != 0 {
+		t.Fatalf("%d fenced writes refused while their run's ctx was live", v)
+	}
+}

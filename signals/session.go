@@ -152,8 +152,9 @@ func (s *session) skip(d delivery) bool {
 }
 
 // complete records ds as run (done record, local cache, waiters) and acks
-// them, while held is live: it checks the lease right before writing the
-// done record and again right before acking. When the lease is lost it
+// them, while held is live: it checks the lease (its loss deadline
+// included) right before writing the done record, bounds that write by the
+// loss deadline, and checks again right before acking. When the lease is lost it
 // nacks them instead and reports false, so that the next owner gets them
 // again (as redeliveries, first) rather than having a stale owner's run count
 // as done while its fenced effects may have been refused.
@@ -173,7 +174,9 @@ func (s *session) complete(held *lease.Held, ds []delivery) bool {
 		s.mu.Lock()
 		cached := s.record
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)
+		// Only while the lease is held: the write ends at the Held's loss
+		// deadline (a client that honours ctx deadlines gives up then).
+		ctx, cancel := context.WithDeadline(held.Context(), held.Deadline())
 		rec, err := writeRecord(ctx, s.rt.lp, s.thread, cached, ids, s.rt.cfg.dedup)
 		cancel()
 		if err != nil {

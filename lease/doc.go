@@ -35,6 +35,20 @@
 // implements [BatchRenewer]), [Wait] blocks until a lease is acquired, and the
 // optional [Inspector] lists leases for operators.
 //
+// # Fail-closed
+//
+// A [Held] (from [Keep]) has a loss deadline of its own: the start, on the
+// monotonic clock, of its last successful acquire or renew call, plus the
+// TTL, minus a margin of TTL/10 (with the default renew interval of TTL/3).
+// From that instant its Err is non-nil, its Context is cancelled and Done
+// is closed — whatever its renew calls are doing, even if one never returns
+// (a black-holed network, a client that ignores ctx deadlines), and however
+// long other Helds' renewals take. The backend cannot expire the lease
+// before start + TTL, so the holder has stopped before anyone else can hold
+// the key. Run the guarded work under Held.Context, and bound a write that
+// must happen while the lease is held by Held.Deadline. The leasetest rule
+// NeverReturningCallCannotKeepHeldAlive holds every backend to this.
+//
 // A lease is not a lock on the outside world: a holder paused longer than its
 // TTL (GC, SIGSTOP, a partition) may still act after losing it. Pass the
 // fencing token to the resource you protect and let it reject old tokens.

@@ -122,11 +122,15 @@
 //     the lease TTL) and the lease expires after the TTL; a live runtime then
 //     wins the lease within one recovery interval, claims what the dead owner
 //     had taken and drains the inbox. Proved by the owner-killed test.
-//  6. Fail-closed: the run ctx is cancelled as soon as renewal is refused or
-//     cannot succeed before expiry; acquire errors are returned, never taken
-//     as a win. Without a lease provider New falls back to lease.Noop and logs
+//  6. Fail-closed: the run ctx is the thread lease's lease.Held context: it
+//     is cancelled as soon as renewal is refused and, at the latest, at the
+//     Held's loss deadline (start of the last successful renewal + TTL −
+//     TTL/10), whatever the renew calls and the Redis client do; acquire
+//     errors are returned, never taken as a win. Proved by the SIGSTOP test
+//     and TestProcOwnerBlackHoled (the owner's network black-holed mid-run:
+//     its run ctx is cancelled before another process's run starts). Without a lease provider New falls back to lease.Noop and logs
 //     one warning, unless the pubsub implements [CrossProcessReporter] and
-//     reports false. Proved by the SIGSTOP test and TestNoopFallback.
+//     reports false (TestNoopFallback).
 //
 // # Limits
 //
@@ -143,10 +147,14 @@
 // checks; in exchange the notice is acked as soon as its signal is done, so
 // notices do not queue behind handlers sleeping a recovery interval.
 //
-// The lease is checked right before the done record is written and the
-// entry acked, but the record write itself is not fenced: an owner that loses
-// its lease during that one round trip (it was live a renewal margin before
-// the server's expiry when checked) can still record the signal as done.
+// The lease is checked (its loss deadline included) right before the done
+// record is written and the entry acked, and the record write is bounded by
+// the loss deadline, so with a client that honours ctx deadlines it is sent
+// only while the lease is held. The write itself is not fenced on the
+// server: a write sent just before the deadline that Redis executes later
+// (a network that delays rather than drops it) can still record the signal
+// as done. The ack is decided (the inbox handler returns) before the
+// deadline; the backend sends the XACK right after.
 //
 // Each active thread (a tenure in progress) holds one inbox subscription, and
 // on redisstreams each group subscription holds one blocking connection of the

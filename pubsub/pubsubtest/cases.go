@@ -161,6 +161,7 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"AckDeadlineZero", "ack deadline", sub(topic, ok, pubsub.AckDeadline(0))},
 		{"AckDeadlineNegative", "ack deadline", sub(topic, ok, pubsub.AckDeadline(-time.Second))},
 		{"MaxDeliveriesNegative", "max deliveries", sub(topic, ok, pubsub.MaxDeliveries(-1))},
+		{"RedeliveryDelayNegative", "redelivery delay -1ms", sub(topic, ok, pubsub.RedeliveryDelay(-time.Millisecond))},
 		{"GroupEmpty", "group", sub(topic, ok, pubsub.Group(""))},
 		{"StartFromUnknown", "start", sub(topic, ok, pubsub.StartFrom(pubsub.Position(7)))},
 		{"NilOption", "option", sub(topic, ok, pubsub.Concurrency(2), nil)},

@@ -59,7 +59,7 @@ func (bus *bus) init(b *Backend) {
 }
 
 // close stops every subscription, waits for their handlers and forgets the
-// topics. It runs once, after Backend.closed was set.
+// topics. It runs once, as the drain of Backend.Shutdown.
 func (bus *bus) close() {
 	bus.mu.Lock()
 	bus.closing = true
@@ -84,9 +84,6 @@ func (bus *bus) close() {
 	bus.progressed()
 	close(bus.closed)
 }
-
-// wait blocks until close has finished.
-func (bus *bus) wait() { <-bus.closed }
 
 // progressChan returns a channel that is closed at the next progress: a
 // delivery finished or a subscription stopped.

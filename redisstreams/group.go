@@ -216,8 +216,14 @@ func (g *groupSub) shutdown(ctx context.Context) error {
 	}
 }
 
-// cleanup runs once every goroutine of the subscription has returned.
+// cleanup runs once every goroutine of the subscription has returned. After
+// a Shutdown gave up on the subscription's handlers it does nothing: the
+// acker is stopped and the client may be closed, and the entries still
+// pending here are redelivered after their AckDeadline.
 func (g *groupSub) cleanup() error {
+	if g.s.abandoned() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	g.bl.reset()
@@ -549,7 +555,9 @@ func (g *groupSub) process(m *groupMsg) {
 		}
 		ev.DeliveryAttempt = m.attempt
 		if g.p.Handle(g.ctx, ev) == nil {
-			g.s.acks.add(g.key, g.group, m.id)
+			if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
+				g.s.acks.add(g.key, g.group, m.id)
+			}
 			return
 		}
 		if g.ctx.Err() != nil {

@@ -22,10 +22,6 @@ import (
 type streamBus struct {
 	b *Backend
 
-	// calls counts Publish and Subscribe calls in progress; close waits for
-	// them after the Backend is marked closed (so no new ones start).
-	calls sync.WaitGroup
-
 	startOnce sync.Once
 	ctx       context.Context // ends when close stops the readers
 	cancel    context.CancelFunc
@@ -44,8 +40,6 @@ type streamBus struct {
 	subs    map[subscription]struct{}
 	readers map[string]*fanReader
 	bg      sync.WaitGroup // readers and other bus goroutines
-
-	done chan struct{} // closed when close has finished
 }
 
 // subscription is what close stops: a fan-out or a group subscription.
@@ -61,7 +55,6 @@ type subscription interface {
 
 func (s *streamBus) init(b *Backend) {
 	s.b = b
-	s.done = make(chan struct{})
 	s.subs = make(map[subscription]struct{})
 	s.subKeys = make(map[string]int)
 	s.lastPub = make(map[string]string)
@@ -78,25 +71,29 @@ func (s *streamBus) start() {
 }
 
 // enter registers a Publish or Subscribe call; it fails with ErrClosed after
-// Close. The caller must call s.calls.Done.
+// Close. The caller must call s.leave.
 func (s *streamBus) enter() error {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	if !s.b.life.Enter() {
 		return pubsub.ErrClosed
 	}
-	s.calls.Add(1)
 	s.start()
 	return nil
 }
 
-// close drains in-flight publishes, stops every subscription (waiting for
-// its handlers and writing its acks), stops the readers, flushes the acker
-// and stops the writers.
-func (s *streamBus) close() error {
-	defer close(s.done)
-	s.calls.Wait()
+// leave ends a call registered by enter.
+func (s *streamBus) leave() { s.b.life.Leave() }
+
+// abandoned reports whether a Shutdown gave up on the handlers still
+// running: what they return is no longer acked.
+func (s *streamBus) abandoned() bool { return s.b.life.Aborted() }
+
+// close runs once the Publish and Subscribe calls in progress have left: it
+// stops every subscription (waiting for its handlers and writing its acks),
+// stops the readers, flushes the acker and stops the writers. When abort
+// closes before every handler has returned, it stops waiting for them and
+// marks the bus abandoned (what they return is not acked); stragglers is
+// closed once they have returned too.
+func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, err error) {
 	s.startOnce.Do(func() {}) // nothing started: nothing to stop but the ctx
 	s.mu.Lock()
 	subs := make([]subscription, 0, len(s.subs))
@@ -105,23 +102,20 @@ func (s *streamBus) close() error {
 	}
 	s.mu.Unlock()
 
-	var (
-		wg   sync.WaitGroup
-		emu  sync.Mutex
-		errs []error
-	)
-	for _, sub := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sub.shutdown(context.Background()); err != nil {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-			}
-		}()
+	var wg sync.WaitGroup
+	errs := make([]error, len(subs)+1)
+	for i, sub := range subs {
+		wg.Go(func() { errs[i] = sub.shutdown(context.Background()) })
 	}
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-abort: // see abandoned
+	}
 
 	s.cancel()
 	s.mu.Lock()
@@ -131,13 +125,16 @@ func (s *streamBus) close() error {
 	s.mu.Unlock()
 	s.bg.Wait()
 
-	errs = append(errs, s.acks.close())
 	s.pubQ.wait() // batches of publishes whose callers gave up waiting
-	return errors.Join(errs...)
+	select {
+	case <-stopped:
+		errs[len(subs)] = s.acks.close()
+		return stopped, errors.Join(errs...)
+	default:
+		// Handlers were given up on: errs is still being written.
+		return stopped, s.acks.close()
+	}
 }
-
-// wait returns once close has finished.
-func (s *streamBus) wait() { <-s.done }
 
 // add registers a started subscription.
 func (s *streamBus) add(sub subscription) {
@@ -239,7 +236,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 	if err := b.bus.enter(); err != nil {
 		return err
 	}
-	defer b.bus.calls.Done()
+	defer b.bus.leave()
 	if err := pubsub.ValidateTopic(topic); err != nil {
 		return err
 	}
@@ -296,7 +293,7 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 	if err := b.bus.enter(); err != nil {
 		return nil, err
 	}
-	defer b.bus.calls.Done()
+	defer b.bus.leave()
 	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
 	if err != nil {
 		return nil, err

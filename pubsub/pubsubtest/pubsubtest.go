@@ -111,6 +111,8 @@ func Run(t *testing.T, c Config) {
 		{"UnsubscribeIdempotent", none, s.unsubscribeIdempotent},
 		{"UnsubscribeWaitsForHandlers", none, s.unsubscribeWaitsForHandlers},
 		{"ClosedReturnsErrClosed", none, s.closedReturnsErrClosed},
+		{"ShutdownDrains", none, s.shutdownDrains},
+		{"ShutdownStopsAtCtx", none, s.shutdownStopsAtCtx},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

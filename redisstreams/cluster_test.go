@@ -14,13 +14,13 @@ import (
 	"github.com/leasebus/leasebus/internal/redistest"
 )
 
-// TestClusterLease runs the lease checks on a private 3-master Redis
-// Cluster, checks that the keys of one lease share a slot for any name, and
-// counts the round trips of a large batch renewal per node.
+// TestClusterLease checks on a private 3-master Redis Cluster that the keys
+// of one lease share a slot for any name, and counts the round trips of a
+// large batch renewal per node (TestLeaseConformance runs the lease checks
+// on a Cluster too).
 func TestClusterLease(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t)
-	leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}.run(t)
 	t.Run("KeySlots", func(t *testing.T) { testClusterLeaseKeySlots(t, c) })
 	t.Run("Renew10kRoundTrips", func(t *testing.T) { testClusterLeaseRenew10k(t, cl) })
 }
@@ -114,9 +114,9 @@ func testClusterLeaseKeySlots(t *testing.T, c *redis.ClusterClient) {
 func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 	c := cl.Client(t)
 	var mu sync.Mutex
-	perNode := map[string]*roundTrips{}
+	perNode := map[string]*redistest.RoundTrips{}
 	c.OnNewNode(func(node *redis.Client) {
-		h := &roundTrips{}
+		h := &redistest.RoundTrips{}
 		node.AddHook(h)
 		mu.Lock()
 		perNode[node.Options().Addr] = h
@@ -129,7 +129,7 @@ func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 	}
 	mu.Lock()
 	for _, h := range perNode {
-		h.n.Store(0)
+		h.Reset()
 	}
 	mu.Unlock()
 	ok, err := b.RenewLeases(t.Context(), reqs)
@@ -147,7 +147,7 @@ func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 		t.Fatalf("round trips counted on %d nodes, want 3", len(perNode))
 	}
 	for addr, h := range perNode {
-		if n := h.n.Load(); n > 10 {
+		if n := h.N(); n > 10 {
 			t.Errorf("node %s: %d round trips for 10,000 renewals, want <= 10", addr, n)
 		} else {
 			t.Logf("node %s: %d round trips", addr, n)

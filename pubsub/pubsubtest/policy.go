@@ -3,6 +3,7 @@ package pubsubtest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,11 +15,12 @@ import (
 // The cases of this file check the delivery policy (pubsub.Policy) through
 // the backend: every backend must apply it the same way.
 
-// bothKinds runs run as a FanOut and a Group subtest (the latter skipped
-// without Features.ConsumerGroups); opts of a group carry pubsub.Group.
-func (s *suite) bothKinds(t *testing.T, run func(t *testing.T, opts ...pubsub.SubscribeOption)) {
+// bothKinds runs run as a FanOut subtest and as a group subtest called
+// group (skipped without Features.ConsumerGroups), whose opts carry
+// pubsub.Group("g").
+func (s *suite) bothKinds(t *testing.T, group string, run func(t *testing.T, opts ...pubsub.SubscribeOption)) {
 	t.Run("FanOut", func(t *testing.T) { run(t) })
-	t.Run("Group", func(t *testing.T) {
+	t.Run(group, func(t *testing.T) {
 		if !s.f.ConsumerGroups {
 			t.Skip("pubsubtest: Features.ConsumerGroups is off")
 		}
@@ -26,11 +28,23 @@ func (s *suite) bothKinds(t *testing.T, run func(t *testing.T, opts ...pubsub.Su
 	})
 }
 
+// checkDeadLetter checks that the dead letter d is event id after attempts
+// attempts, with a reason holding reason.
+func checkDeadLetter(t *testing.T, d pubsub.Event, id string, attempts int, reason string) {
+	t.Helper()
+	if d.ID != id || d.Metadata[pubsub.MetaDeadAttempts] != strconv.Itoa(attempts) {
+		t.Errorf("dead letter ID %q attempts %q, want %q and %d", d.ID, d.Metadata[pubsub.MetaDeadAttempts], id, attempts)
+	}
+	if r := d.Metadata[pubsub.MetaDeadReason]; !strings.Contains(r, reason) {
+		t.Errorf("dead letter reason %q, want one holding %q", r, reason)
+	}
+}
+
 // A handler that panics on every attempt has the event dead-lettered after
 // MaxDeliveries attempts, with the panic as the reason; the subscription
 // keeps working.
 func (s *suite) panicDeadLetters(t *testing.T) {
-	s.bothKinds(t, func(t *testing.T, opts ...pubsub.SubscribeOption) {
+	s.bothKinds(t, "Group", func(t *testing.T, opts ...pubsub.SubscribeOption) {
 		ps := s.backend(t)
 		topic := topicFor(t)
 		dead := newRecorder()
@@ -45,13 +59,7 @@ func (s *suite) panicDeadLetters(t *testing.T) {
 			return nil
 		}, opts...)
 		s.publish(t, ps, topic, pubsub.Event{ID: "p1", Type: "panics"})
-		got := dead.waitN(t, s, 1)[0].e
-		if got.ID != "p1" || got.Metadata[pubsub.MetaDeadAttempts] != "2" {
-			t.Errorf("dead letter ID %q attempts %q, want %q and %q", got.ID, got.Metadata[pubsub.MetaDeadAttempts], "p1", "2")
-		}
-		if r := got.Metadata[pubsub.MetaDeadReason]; !strings.Contains(r, "deliberate panic p1") {
-			t.Errorf("dead letter reason %q does not carry the panic", r)
-		}
+		checkDeadLetter(t, dead.waitN(t, s, 1)[0].e, "p1", 2, "deliberate panic p1")
 		s.publish(t, ps, topic, pubsub.Event{Type: "next"})
 		rec.waitType(t, s, "next")
 	})
@@ -88,13 +96,7 @@ func (s *suite) maxDeliveriesCountsUnacked(t *testing.T) {
 	s.subscribe(t, ps, topic, h("a"), opts...)
 	s.subscribe(t, peer, topic, h("b"), opts...)
 	s.publish(t, ps, topic, pubsub.Event{ID: "stuck", Type: "stuck"})
-	got := dead.waitN(t, s, 1)[0].e
-	if got.ID != "stuck" || got.Metadata[pubsub.MetaDeadAttempts] != "1" {
-		t.Errorf("dead letter ID %q attempts %q, want %q and %q", got.ID, got.Metadata[pubsub.MetaDeadAttempts], "stuck", "1")
-	}
-	if r := got.Metadata[pubsub.MetaDeadReason]; !strings.Contains(r, "without an ack") {
-		t.Errorf("dead letter reason %q, want one saying it was never acked", r)
-	}
+	checkDeadLetter(t, dead.waitN(t, s, 1)[0].e, "stuck", 1, "without an ack")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(calls) != 1 {
@@ -106,7 +108,7 @@ func (s *suite) maxDeliveriesCountsUnacked(t *testing.T) {
 // starts at least d·2ⁿ⁻¹ after attempt n failed.
 func (s *suite) redeliveryDelayPaces(t *testing.T) {
 	const d = 100 * time.Millisecond
-	s.bothKinds(t, func(t *testing.T, opts ...pubsub.SubscribeOption) {
+	s.bothKinds(t, "Group", func(t *testing.T, opts ...pubsub.SubscribeOption) {
 		ps := s.backend(t)
 		topic := topicFor(t)
 		var (
@@ -155,7 +157,7 @@ func (s *suite) redeliveryDelayZero(t *testing.T) {
 	for n := 1; n <= fails; n++ {
 		paced += pubsub.RetryDelay(n)
 	}
-	s.bothKinds(t, func(t *testing.T, opts ...pubsub.SubscribeOption) {
+	s.bothKinds(t, "Group", func(t *testing.T, opts ...pubsub.SubscribeOption) {
 		ps := s.backend(t)
 		topic := topicFor(t)
 		acked := make(chan struct{})

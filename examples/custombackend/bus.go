@@ -93,18 +93,20 @@ func (b *ChanBus) Publish(ctx context.Context, topic string, e pubsub.Event) err
 	if b.closed {
 		return pubsub.ErrClosed
 	}
-	b.appendLocked(topic, e)
+	b.logs[topic] = append(b.logs[topic], clone(e))
+	b.broadcast()
 	return nil
 }
 
-func (b *ChanBus) appendLocked(topic string, e pubsub.Event) {
+// clone returns a copy of e that shares no memory with it, so that neither
+// publishers nor handlers can change what the log holds.
+func clone(e pubsub.Event) pubsub.Event {
 	e.Data = append([]byte(nil), e.Data...)
-	if e.Data != nil && len(e.Data) == 0 {
+	if len(e.Data) == 0 {
 		e.Data = nil
 	}
 	e.Metadata = maps.Clone(e.Metadata)
-	b.logs[topic] = append(b.logs[topic], e)
-	b.broadcast()
+	return e
 }
 
 // Subscribe starts cfg.Concurrency goroutines that deliver topic's events
@@ -325,12 +327,7 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 	e.attempts++
 	e.inFlight, e.holder = true, s
 	e.deadline = now.Add(s.cfg.AckDeadline)
-	ev = s.bus.logs[q.topic][idx]
-	ev.Metadata = maps.Clone(ev.Metadata)
-	ev.Data = append([]byte(nil), ev.Data...)
-	if len(ev.Data) == 0 {
-		ev.Data = nil
-	}
+	ev = clone(s.bus.logs[q.topic][idx])
 	ev.DeliveryAttempt = e.attempts
 	return idx, ev, e.attempts, time.Time{}, true
 }

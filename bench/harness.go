@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasebus/leasebus/internal/backoff"
 )
 
 // config holds the sizes of one run; --quick selects the smaller one.
@@ -91,11 +93,11 @@ func throughput(ctx context.Context, cfg config, workers int, op func(ctx contex
 		})
 	}
 	finish := func() error { stop.Store(true); wg.Wait(); return firstEr }
-	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+	if err := backoff.Sleep(ctx, cfg.Warmup); err != nil {
 		return 0, errors.Join(err, finish())
 	}
 	c0, t0 := count.Load(), time.Now()
-	if err := sleepCtx(ctx, cfg.Window); err != nil {
+	if err := backoff.Sleep(ctx, cfg.Window); err != nil {
 		return 0, errors.Join(err, finish())
 	}
 	c1, t1 := count.Load(), time.Now()
@@ -103,17 +105,6 @@ func throughput(ctx context.Context, cfg config, workers int, op func(ctx contex
 		return 0, err
 	}
 	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // waitFor polls cond every millisecond until it holds, ctx ends or timeout
@@ -124,7 +115,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
 		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -139,7 +130,7 @@ func settle(ctx context.Context, n *atomic.Int64, quiet, timeout time.Duration) 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("deliveries did not settle within %v", timeout)
 		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 		if cur := n.Load(); cur != last {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/backoff"
 )
 
 // streamMaxLen is the approximate stream cap every contender publishes with
@@ -183,7 +185,7 @@ func benchLatency(ctx context.Context, cfg config, b pubsubBackend) (p50, p99 ti
 		if err := b.Publish(ctx, topic, payload); err != nil {
 			return 0, 0, fmt.Errorf("warm-up publish: %w", err)
 		}
-		_ = sleepCtx(ctx, time.Millisecond)
+		_ = backoff.Sleep(ctx, time.Millisecond)
 	}
 	if err := settle(ctx, &warm, 100*time.Millisecond, 30*time.Second); err != nil {
 		return 0, 0, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -58,7 +59,7 @@ func pingLatencies(ctx context.Context, c *redis.Client, n int) ([]float64, erro
 			return nil, err
 		}
 		lats = append(lats, float64(time.Since(t0)))
-		_ = sleepCtx(ctx, 2*time.Millisecond)
+		_ = backoff.Sleep(ctx, 2*time.Millisecond)
 	}
 	return lats, nil
 }
@@ -157,7 +158,7 @@ func forwardLatencies(ctx context.Context, r *runner, n int) ([]float64, error) 
 		if i >= warm {
 			lats = append(lats, float64(t1.Sub(t0)))
 		}
-		_ = sleepCtx(ctx, 2*time.Millisecond)
+		_ = backoff.Sleep(ctx, 2*time.Millisecond)
 	}
 	return lats, nil
 }

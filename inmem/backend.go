@@ -1,9 +1,11 @@
 package inmem
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/lifecycle"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -56,9 +58,7 @@ type Options struct {
 // concurrent use. Create it with New or NewWithOptions and Close it when done.
 type Backend struct {
 	clock Clock
-
-	mu     sync.Mutex
-	closed bool
+	life  lifecycle.Closer
 
 	leases leaseTable // lease.go
 	bus    bus        // pubsub.go
@@ -87,23 +87,29 @@ func NewWithOptions(o Options) *Backend {
 
 // Close stops every subscription (waiting for running handlers to return)
 // and makes every later call return pubsub.ErrClosed or lease.ErrClosed. It
-// is idempotent and safe to call concurrently.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.bus.wait()
+// is Shutdown with a ctx that never ends: idempotent, safe to call
+// concurrently, and every call returns once the shutdown is complete.
+func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
+
+// Shutdown closes the Backend as Close does, but waits only until ctx ends.
+// From its first call on, every other method returns pubsub.ErrClosed or
+// lease.ErrClosed. It waits for publishes in progress, then stops every
+// subscription: it cancels the ctx of running handlers and waits for them to
+// return. When they have, it returns nil (a later call returns nil too).
+//
+// When ctx ends first, Shutdown returns ctx.Err() at once. The Backend is
+// closed all the same; what a handler that ignores its ctx is still running
+// keeps running, and its outcome (ack or nack) is recorded nowhere that
+// lasts: an in-process Backend keeps no event once closed, so that delivery
+// is neither acked nor delivered again. The rest of the shutdown (forgetting
+// the topics) happens when the last such handler returns; a later Close or
+// Shutdown waits for that.
+func (b *Backend) Shutdown(ctx context.Context) error {
+	return b.life.Shutdown(ctx, func(<-chan struct{}) error {
+		b.bus.close()
 		return nil
-	}
-	b.closed = true
-	b.mu.Unlock()
-	b.bus.close()
-	return nil
+	})
 }
 
-// isClosed reports whether Close was called.
-func (b *Backend) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+// isClosed reports whether Close or Shutdown was called.
+func (b *Backend) isClosed() bool { return b.life.Closed() }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +30,6 @@ const (
 	// clock is not the system clock, since such a clock cannot wake anyone.
 	deadlinePoll = 20 * time.Millisecond
 )
-
-// reasonDeadline is the dead-letter reason of an event whose last attempt
-// ran out of its ack deadline.
-const reasonDeadline = "inmem: ack deadline exceeded"
 
 // bus is the pubsub half of a Backend.
 //
@@ -64,7 +59,7 @@ func (bus *bus) init(b *Backend) {
 }
 
 // close stops every subscription, waits for their handlers and forgets the
-// topics. It runs once, after Backend.closed was set.
+// topics. It runs once, as the drain of Backend.Shutdown.
 func (bus *bus) close() {
 	bus.mu.Lock()
 	bus.closing = true
@@ -89,9 +84,6 @@ func (bus *bus) close() {
 	bus.progressed()
 	close(bus.closed)
 }
-
-// wait blocks until close has finished.
-func (bus *bus) wait() { <-bus.closed }
 
 // progressChan returns a channel that is closed at the next progress: a
 // delivery finished or a subscription stopped.
@@ -250,8 +242,9 @@ func (bus *bus) publish(name string, e pubsub.Event) error {
 // events; they exit when the subscription is unsubscribed or the Backend
 // closes, after their running handler returned.
 //
+// Deliveries follow pubsub.Policy (panics nack, MaxDeliveries dead-letters).
 // A fan-out subscription gets every event; a nacked one (handler error or
-// panic) is redelivered to it after pubsub.RetryDelay. A group keeps its
+// panic) is redelivered to it after pubsub.RedeliveryDelay. A group keeps its
 // position and its unacked events in the Backend while it has no members.
 // A group delivery is redelivered to any live member after a nack, at once
 // when its member unsubscribes without acking it, and to another member when
@@ -275,10 +268,10 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return b.bus.subscribe(topic, h, cfg)
+	return b.bus.subscribe(topic, pubsub.NewPolicy(topic, h, cfg, b.Publish), cfg)
 }
 
-func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (*subscription, error) {
+func (bus *bus) subscribe(name string, p *pubsub.Policy, cfg pubsub.SubscribeConfig) (*subscription, error) {
 	bus.mu.Lock()
 	defer bus.mu.Unlock()
 	if bus.closing {
@@ -305,7 +298,7 @@ func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeCon
 	s := &subscription{
 		bus:  bus,
 		r:    r,
-		h:    h,
+		p:    p,
 		cfg:  cfg,
 		done: make(chan struct{}),
 	}
@@ -329,7 +322,7 @@ func (bus *bus) subscribe(name string, h pubsub.Handler, cfg pubsub.SubscribeCon
 func (s *subscription) claim() {
 	r := s.r
 	for it := range r.pending {
-		if it.done || it.deadLettering || it.claimed {
+		if it.done || it.claimed {
 			continue
 		}
 		delete(r.pending, it)
@@ -435,7 +428,7 @@ type reader struct {
 	members []*subscription
 	retries []*item            // redeliveries, due at their readyAt
 	pending map[*item]struct{} // group attempts in flight, with deadlines
-	running map[uint64]int     // attempts and dead-letterings in flight, by sequence
+	running map[uint64]int     // attempts in flight, by sequence
 	wake    chan struct{}      // closed on news, when a worker waits
 }
 
@@ -497,18 +490,15 @@ func (r *reader) finish(seq uint64) {
 // item is one event of a reader and the state of its deliveries. Its fields
 // are guarded by t.mu, except ev, which never changes.
 type item struct {
-	seq           uint64
-	ev            pubsub.Event
-	attempts      int    // deliveries made
-	fails         int    // nacks and missed deadlines (not unsubscribes)
-	lastErr       string // reason of the last failure
-	readyAt       time.Time
-	deadline      time.Time       // of the newest group attempt, by the Backend's clock
-	holders       []*subscription // subscriptions running an attempt
-	queued        bool            // in reader.retries
-	claimed       bool            // in a ClaimPending member's claims
-	done          bool            // acked or dead-lettered
-	deadLettering bool
+	seq      uint64
+	ev       pubsub.Event
+	attempts int // deliveries made
+	readyAt  time.Time
+	deadline time.Time       // of the newest group attempt, by the Backend's clock
+	holders  []*subscription // subscriptions running an attempt
+	queued   bool            // in reader.retries
+	claimed  bool            // in a ClaimPending member's claims
+	done     bool            // acked (or dead-lettered by the policy)
 }
 
 func (it *item) heldBy(s *subscription) bool {
@@ -529,19 +519,17 @@ func (it *item) release(s *subscription) {
 	}
 }
 
-// job is what a worker does next: run the handler for attempt of it, or,
-// with deadLetter, move it to the dead-letter topic.
+// job is what a worker does next: run the handler for attempt of it.
 type job struct {
-	it         *item
-	attempt    int
-	deadLetter bool
+	it      *item
+	attempt int
 }
 
 // subscription is a pubsub.Subscription of the Backend.
 type subscription struct {
 	bus *bus
 	r   *reader
-	h   pubsub.Handler
+	p   *pubsub.Policy
 	cfg pubsub.SubscribeConfig
 
 	ctx    context.Context // handlers' ctx; cancelled by stop
@@ -598,7 +586,7 @@ func (s *subscription) stop(byClose bool) {
 		} else {
 			now := time.Now()
 			for it := range r.pending {
-				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.claimed && !it.deadLettering {
+				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.claimed {
 					delete(r.pending, it)
 					r.queue(it, now)
 				}
@@ -624,10 +612,6 @@ func (s *subscription) work() {
 		j, ok := s.next()
 		if !ok {
 			return
-		}
-		if j.deadLetter {
-			s.deadLetter(j.it)
-			continue
 		}
 		s.settle(j.it, s.invoke(j))
 	}
@@ -702,15 +686,9 @@ func (s *subscription) take() (j job, wait time.Duration, ok bool) {
 				continue
 			}
 			// The attempt ran out of time: a member that is still alive
-			// may take it over.
+			// may take it over (the policy dead-letters it when it was
+			// delivered MaxDeliveries times already).
 			delete(r.pending, it)
-			it.fails++
-			it.lastErr = reasonDeadline
-			if s.cfg.MaxDeliveries > 0 && it.fails >= s.cfg.MaxDeliveries {
-				it.deadLettering = true
-				r.start(it.seq)
-				return job{it: it, deadLetter: true}, 0, true
-			}
 			r.queue(it, now)
 		}
 	}
@@ -791,25 +769,18 @@ func (s *subscription) deliver(it *item, cnow time.Time) job {
 	return job{it: it, attempt: it.attempts}
 }
 
-// invoke runs the handler for j with its own copy of the event, turning a
-// panic into an error.
-func (s *subscription) invoke(j job) (err error) {
+// invoke runs the delivery policy for j with its own copy of the event.
+func (s *subscription) invoke(j job) error {
 	e := j.it.ev
 	e.Data = bytes.Clone(e.Data)
 	e.Metadata = maps.Clone(e.Metadata)
 	e.DeliveryAttempt = j.attempt
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("inmem: handler panicked: %v", p)
-		}
-	}()
-	return s.h(s.ctx, e)
+	return s.p.Handle(s.ctx, e)
 }
 
 // settle records the outcome of an attempt of it by s.
 func (s *subscription) settle(it *item, err error) {
 	r, t := s.r, s.r.t
-	deadLetter := false
 	t.mu.Lock()
 	it.release(s)
 	r.finish(it.seq)
@@ -823,7 +794,7 @@ func (s *subscription) settle(it *item, err error) {
 			it.queued = false
 			r.removeRetry(it)
 		}
-	case it.queued || it.claimed || it.deadLettering || len(it.holders) > 0:
+	case it.queued || it.claimed || len(it.holders) > 0:
 		// Another attempt has taken over; this failure is superseded.
 	case s.ctx.Err() != nil && r.group == "":
 		// The fan-out subscription is going away, and its events with it.
@@ -833,49 +804,10 @@ func (s *subscription) settle(it *item, err error) {
 		r.queue(it, time.Now())
 	default:
 		delete(r.pending, it)
-		it.fails++
-		it.lastErr = err.Error()
-		if s.cfg.MaxDeliveries > 0 && it.fails >= s.cfg.MaxDeliveries {
-			it.deadLettering = true
-			r.start(it.seq)
-			deadLetter = true
-		} else {
-			r.queue(it, time.Now().Add(pubsub.RetryDelay(it.attempts)))
-		}
+		r.queue(it, time.Now().Add(s.p.RedeliveryDelay(it.attempts)))
 	}
 	if len(r.retries) > 0 {
 		r.notify()
-	}
-	t.mu.Unlock()
-	s.bus.progressed()
-	if deadLetter {
-		s.deadLetter(it)
-	}
-}
-
-// deadLetter publishes it to the dead-letter topic and acks it; if that
-// fails (the Backend is closing), it stays due for redelivery.
-func (s *subscription) deadLetter(it *item) {
-	r, t := s.r, s.r.t
-	e := it.ev
-	e.Data = bytes.Clone(e.Data)
-	e.Metadata = make(map[string]string, len(e.Metadata)+3)
-	maps.Copy(e.Metadata, it.ev.Metadata)
-	t.mu.Lock()
-	e.Metadata[pubsub.MetaDeadTopic] = t.name
-	e.Metadata[pubsub.MetaDeadReason] = it.lastErr
-	e.Metadata[pubsub.MetaDeadAttempts] = strconv.Itoa(it.attempts)
-	t.mu.Unlock()
-
-	err := s.bus.publish(pubsub.DeadLetterTopic(t.name), e)
-
-	t.mu.Lock()
-	it.deadLettering = false
-	r.finish(it.seq)
-	if err == nil {
-		it.done = true
-	} else if !it.done {
-		r.queue(it, time.Now().Add(pubsub.RetryDelay(it.attempts)))
 	}
 	t.mu.Unlock()
 	s.bus.progressed()

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/leasebus/leasebus/internal/backoff"
 )
 
 // Defaults of Backoff, as in the seeds: takeover attempts back off from 1s to
@@ -54,17 +55,6 @@ func (b Backoff) bounds() (lo, hi time.Duration, err error) {
 	return lo, hi, nil
 }
 
-// delay returns the jittered delay before attempt n+1.
-func (b Backoff) delay(n int, lo, hi time.Duration) time.Duration {
-	d := lo
-	for i := 0; i < n && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	half := d / 2
-	return d - half + rand.N(half+1)
-}
-
 // Wait blocks until it acquires key for owner for ttl, trying AcquireLease
 // again after each lost attempt with jittered exponential backoff (see
 // [Backoff]). It never sleeps much longer than the holder's remaining TTL,
@@ -98,9 +88,7 @@ func Wait(ctx context.Context, p Provider, key, owner string, ttl time.Duration,
 		}
 		return last, errors.Join(cause, ctx.Err())
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	delays := backoff.Policy{Min: lo, Max: hi, Jitter: true}
 	for n := 0; ; n++ {
 		if ctx.Err() != nil {
 			return ended()
@@ -121,15 +109,12 @@ func Wait(ctx context.Context, p Provider, key, owner string, ttl time.Duration,
 		default:
 			cause = fmt.Errorf("lease: acquire %q for %s: %w", key, owner, err)
 		}
-		d := b.delay(n, lo, hi)
+		d := delays.Delay(n)
 		if err == nil && r.TTL > 0 {
 			d = min(d, r.TTL+waitSlack)
 		}
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, d) != nil {
 			return ended()
-		case <-timer.C:
 		}
 	}
 }

@@ -35,4 +35,14 @@
 //
 // Exactly-once processing is not offered: use [Event.ID] to make effects
 // idempotent.
+//
+// # Delivery policy
+//
+// What happens around a handler call is the same on every backend because it
+// is written once, as [Policy]: a panic is a nack, an event that failed
+// [MaxDeliveries] attempts is dead-lettered and then acked, and a nacked event
+// waits [RedeliveryDelay] (10ms by default, doubling per attempt up to 1s)
+// before it is delivered again. A backend makes one Policy per Subscribe with
+// [NewPolicy] and only moves events: it reads them, sets
+// [Event.DeliveryAttempt], acks, redelivers and claims.
 package pubsub

@@ -3,6 +3,8 @@ package pubsub
 import (
 	"fmt"
 	"time"
+
+	"github.com/leasebus/leasebus/internal/backoff"
 )
 
 // Position says where a new subscription starts reading a topic.
@@ -40,6 +42,13 @@ const (
 	// dead-lettered when MaxDeliveries is not given: 0, never; a failing
 	// event is retried (with backoff) until a handler acks it.
 	DefaultMaxDeliveries = 0
+	// DefaultRedeliveryDelay is how long a nacked event waits before its
+	// first redelivery when RedeliveryDelay is not given.
+	DefaultRedeliveryDelay = 10 * time.Millisecond
+	// MaxRedeliveryDelay caps the doubling of the redelivery delay: a nacked
+	// event never waits longer than this, or than the RedeliveryDelay given
+	// when that is longer.
+	MaxRedeliveryDelay = time.Second
 )
 
 // SubscribeConfig is the result of applying SubscribeOptions. Backends read
@@ -61,6 +70,11 @@ type SubscribeConfig struct {
 	// ClaimPending makes the new member take over, before any new event,
 	// every delivery of its group that is pending on another member.
 	ClaimPending bool
+	// RedeliveryDelay is how long a nacked event waits before its first
+	// redelivery; each further failed attempt doubles it, up to
+	// MaxRedeliveryDelay (or RedeliveryDelay itself when longer). 0
+	// redelivers at once.
+	RedeliveryDelay time.Duration
 
 	err error
 }
@@ -139,6 +153,22 @@ func ClaimPending() SubscribeOption {
 	return func(c *SubscribeConfig) { c.ClaimPending = true }
 }
 
+// RedeliveryDelay sets how long a nacked event (handler error or panic)
+// waits before it is delivered again: d after the first failed attempt,
+// doubled after each further one, at most MaxRedeliveryDelay (or d, when d is
+// longer). Default DefaultRedeliveryDelay; 0 redelivers at once, which suits
+// tests but makes an event that always fails spin unless MaxDeliveries is
+// set. A redelivery after an AckDeadline ran out is not delayed further. d
+// must not be negative.
+func RedeliveryDelay(d time.Duration) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if d < 0 {
+			c.fail(fmt.Errorf("%w: redelivery delay %v is negative", ErrInvalid, d))
+		}
+		c.RedeliveryDelay = d
+	}
+}
+
 func (c *SubscribeConfig) fail(err error) {
 	if c.err == nil {
 		c.err = err
@@ -150,10 +180,11 @@ func (c *SubscribeConfig) fail(err error) {
 // reported. A nil option is an error too.
 func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
 	c := SubscribeConfig{
-		StartFrom:     Latest,
-		Concurrency:   DefaultConcurrency,
-		AckDeadline:   DefaultAckDeadline,
-		MaxDeliveries: DefaultMaxDeliveries,
+		StartFrom:       Latest,
+		Concurrency:     DefaultConcurrency,
+		AckDeadline:     DefaultAckDeadline,
+		MaxDeliveries:   DefaultMaxDeliveries,
+		RedeliveryDelay: DefaultRedeliveryDelay,
 	}
 	for i, o := range opts {
 		if o == nil {
@@ -171,12 +202,15 @@ func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
 }
 
 // RetryDelay returns how long a backend waits before redelivering an event
-// whose attempt failed: 10ms doubled per attempt, at most 1s. Backends use it
-// so that a failing event does not spin.
+// whose attempt failed, with the default RedeliveryDelay: 10ms doubled per
+// attempt, at most 1s. It is [Policy.RedeliveryDelay] of a subscription
+// without the RedeliveryDelay option.
 func RetryDelay(attempt int) time.Duration {
-	d := 10 * time.Millisecond
-	for i := 1; i < attempt && d < time.Second; i++ {
-		d *= 2
-	}
-	return min(d, time.Second)
+	return redeliveryDelay(DefaultRedeliveryDelay, attempt)
+}
+
+// redeliveryDelay returns the wait before redelivering an event whose
+// attempt (from 1) failed, for a first delay of d.
+func redeliveryDelay(d time.Duration, attempt int) time.Duration {
+	return backoff.Policy{Min: d, Max: MaxRedeliveryDelay}.Delay(attempt - 1)
 }

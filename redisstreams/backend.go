@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/keys"
+	"github.com/leasebus/leasebus/internal/lifecycle"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -154,9 +154,7 @@ type Backend struct {
 	ownClient bool // NewURL made the client, so Close closes it
 	opts      Options
 	keys      keys.Space
-
-	mu     sync.Mutex
-	closed bool
+	life      lifecycle.Closer
 
 	bus streamBus // pubsub.go
 
@@ -267,29 +265,45 @@ func (b *Backend) Client() redis.UniversalClient { return b.client }
 
 // Close waits for in-flight publishes, stops every subscription (waiting for
 // running handlers to return and their acks to be written), and closes the
-// client only when NewURL made it. It is idempotent and safe to call
-// concurrently; later calls of other methods return ErrClosed.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.bus.wait()
-		return nil
-	}
-	b.closed = true
-	b.mu.Unlock()
-	err := b.bus.close()
-	if b.ownClient {
-		err = errors.Join(err, b.client.Close())
-	}
-	return err
+// client only when NewURL made it. It is Shutdown with a ctx that never ends:
+// idempotent, safe to call concurrently, and every call returns once the
+// shutdown is complete; later calls of other methods return ErrClosed.
+func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
+
+// Shutdown closes the Backend as Close does, but waits only until ctx ends.
+// From its first call on, every other method returns pubsub.ErrClosed or
+// lease.ErrClosed. It waits for the Publish and Subscribe calls in progress,
+// then stops every subscription: it cancels the ctx of running handlers and
+// waits for them to return and for their acks to be written; entries a group
+// subscription read and did not start are handed back to the group at once.
+// Then it stops the readers, writes the remaining acks, and closes the client
+// when NewURL made it. It returns nil when all that is done (a later call
+// returns nil too), or the errors it met.
+//
+// When ctx ends first, Shutdown returns ctx.Err() at once and gives up on the
+// handlers still running (ones that ignore their ctx): their deliveries are
+// never acked, whatever the handlers return later, so a group entry stays
+// pending and another member of the group receives it again after its
+// AckDeadline (counted as a redelivery); the entries such a subscription read
+// and did not start are not handed back at once but after their AckDeadline
+// too. A fan-out delivery is simply dropped with its subscription. The rest
+// of the shutdown does not wait for those handlers: the readers stop, the
+// acks of the handlers that returned are written and an owned client is
+// closed, in the background. A later Close or Shutdown waits for all of it,
+// including the handlers given up on.
+func (b *Backend) Shutdown(ctx context.Context) error {
+	return b.life.Shutdown(ctx, func(abort <-chan struct{}) error {
+		stragglers, err := b.bus.close(abort)
+		if b.ownClient {
+			err = errors.Join(err, b.client.Close())
+		}
+		<-stragglers
+		return err
+	})
 }
 
-func (b *Backend) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+// isClosed reports whether Close or Shutdown was called.
+func (b *Backend) isClosed() bool { return b.life.Closed() }
 
 // defaultConsumerName returns host-pid-random, unique per Backend.
 func defaultConsumerName() string {

@@ -15,13 +15,13 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
-// TestClusterLease runs the lease checks on a private 3-master Redis
-// Cluster, checks that the keys of one lease share a slot for any name, and
-// counts the round trips of a large batch renewal per node.
+// TestClusterLease checks on a private 3-master Redis Cluster that the keys
+// of one lease share a slot for any name, and counts the round trips of a
+// large batch renewal per node (TestLeaseConformance runs the lease checks
+// on a Cluster too).
 func TestClusterLease(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t)
-	leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}.run(t)
 	t.Run("KeySlots", func(t *testing.T) { testClusterLeaseKeySlots(t, c) })
 	t.Run("Renew10kRoundTrips", func(t *testing.T) { testClusterLeaseRenew10k(t, cl) })
 }
@@ -118,9 +118,9 @@ func testClusterLeaseKeySlots(t *testing.T, c *redis.ClusterClient) {
 func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 	c := cl.Client(t)
 	var mu sync.Mutex
-	perNode := map[string]*roundTrips{}
+	perNode := map[string]*redistest.RoundTrips{}
 	c.OnNewNode(func(node *redis.Client) {
-		h := &roundTrips{}
+		h := &redistest.RoundTrips{}
 		node.AddHook(h)
 		mu.Lock()
 		perNode[node.Options().Addr] = h
@@ -133,7 +133,7 @@ func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 	}
 	mu.Lock()
 	for _, h := range perNode {
-		h.n.Store(0)
+		h.Reset()
 	}
 	mu.Unlock()
 	ok, err := b.RenewLeases(t.Context(), reqs)
@@ -176,7 +176,7 @@ func testClusterLeaseRenew10k(t *testing.T, cl *redistest.Cluster) {
 	mu.Lock()
 	defer mu.Unlock()
 	for addr, h := range perNode {
-		t.Logf("node %s: %d round trips on the wire", addr, h.n.Load())
+		t.Logf("node %s: %d round trips on the wire", addr, h.N())
 	}
 }
 

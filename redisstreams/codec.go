@@ -169,23 +169,23 @@ func rawFieldsJSON(values map[string]any) json.RawMessage {
 	return b
 }
 
-// deadEvent returns the dead letter of e, failed on topic after attempts
-// attempts with reason.
-func deadEvent(e pubsub.Event, topic, reason string, attempts int) pubsub.Event {
-	d := e
-	d.DeliveryAttempt = 0
-	d.Metadata = make(map[string]string, len(e.Metadata)+3)
-	maps.Copy(d.Metadata, e.Metadata)
-	d.Metadata[pubsub.MetaDeadTopic] = strings.ToValidUTF8(topic, "\uFFFD")
-	d.Metadata[pubsub.MetaDeadReason] = strings.ToValidUTF8(reason, "\uFFFD")
-	d.Metadata[pubsub.MetaDeadAttempts] = strconv.Itoa(attempts)
-	for k, v := range d.Metadata { // sanitise what encodeEvent would refuse
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			delete(d.Metadata, k)
-			d.Metadata[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
-		}
+// validMetadata returns e with its metadata made valid UTF-8 (invalid bytes
+// become U+FFFD), which encodeEvent requires. Dead letters go through it:
+// their topic and reason may hold any bytes.
+func validMetadata(e pubsub.Event) pubsub.Event {
+	valid := true
+	for k, v := range e.Metadata {
+		valid = valid && utf8.ValidString(k) && utf8.ValidString(v)
 	}
-	return d
+	if valid {
+		return e
+	}
+	m := make(map[string]string, len(e.Metadata))
+	for k, v := range e.Metadata {
+		m[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	e.Metadata = m
+	return e
 }
 
 // undecodableEvent returns the dead letter of a stream entry of topic that
@@ -200,7 +200,7 @@ func undecodableEvent(topic, entryID string, values map[string]any, reason error
 		CreatedAt: time.Now(),
 		Metadata:  map[string]string{metaDeadStreamID: entryID},
 	}
-	return deadEvent(e, topic, reason.Error(), 1)
+	return validMetadata(pubsub.DeadLetter(e, topic, reason.Error(), 1))
 }
 
 // cloneEvent returns a copy of e that shares no mutable memory with it.

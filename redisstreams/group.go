@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -21,7 +22,7 @@ type groupSub struct {
 	key      string
 	group    string
 	consumer string
-	h        pubsub.Handler
+	p        *pubsub.Policy
 	cfg      pubsub.SubscribeConfig
 	bl       *blocker
 
@@ -65,7 +66,8 @@ var subSeq atomic.Uint64
 // min-idle 0, batch after batch, in id order), hands those to its handlers as
 // redeliveries before it reads anything new with ">", and reads no further
 // ahead than its Concurrency.
-func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+	topic := p.Topic()
 	key := s.b.keys.Stream(topic)
 	start := "$"
 	if cfg.StartFrom == pubsub.Earliest {
@@ -90,7 +92,7 @@ func (s *streamBus) subscribeGroup(ctx context.Context, topic string, h pubsub.H
 		key:      key,
 		group:    cfg.Group,
 		consumer: s.b.opts.Consumer + "-" + strconv.FormatUint(subSeq.Add(1), 10),
-		h:        h,
+		p:        p,
 		cfg:      cfg,
 		bl:       newBlocker(s.b, s.nodeFor(key)),
 		tokens:   make(chan struct{}, prefetch),
@@ -214,8 +216,14 @@ func (g *groupSub) shutdown(ctx context.Context) error {
 	}
 }
 
-// cleanup runs once every goroutine of the subscription has returned.
+// cleanup runs once every goroutine of the subscription has returned. After
+// a Shutdown gave up on the subscription's handlers it does nothing: the
+// acker is stopped and the client may be closed, and the entries still
+// pending here are redelivered after their AckDeadline.
 func (g *groupSub) cleanup() error {
+	if g.s.abandoned() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	g.bl.reset()
@@ -266,7 +274,7 @@ func (g *groupSub) readLoop() {
 		g.claimPending()
 		close(g.claimed)
 	}
-	var bo backoff
+	bo := newRetry()
 	for g.ctx.Err() == nil {
 		n := g.takeTokens()
 		if n == 0 {
@@ -293,7 +301,7 @@ func (g *groupSub) readLoop() {
 		now := time.Now()
 		switch {
 		case err == redis.Nil:
-			bo.reset()
+			bo.Reset()
 			g.putTokens(n)
 			continue
 		case isNoGroup(err):
@@ -305,7 +313,7 @@ func (g *groupSub) readLoop() {
 			g.fail(err, &bo)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		got := 0
 		for _, xs := range res {
 			for _, msg := range xs.Messages {
@@ -328,7 +336,7 @@ func (g *groupSub) readLoop() {
 // up to the free tokens at a time, and claims each batch with XCLAIM at
 // min-idle 0. The delivery count comes from XPENDING; XCLAIM adds one.
 func (g *groupSub) claimPending() {
-	var bo backoff
+	bo := newRetry()
 	after := ""
 	for g.ctx.Err() == nil {
 		n := g.takeTokens()
@@ -346,7 +354,7 @@ func (g *groupSub) claimPending() {
 			g.fail(err, &bo)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		if done {
 			return
 		}
@@ -484,7 +492,7 @@ func (g *groupSub) putTokens(n int) {
 // recreate makes the group again after NOGROUP (the stream was deleted, or
 // Redis restarted without its data), from 0: everything in the new stream
 // is delivered.
-func (g *groupSub) recreate(bo *backoff) {
+func (g *groupSub) recreate(bo *backoff.Backoff) {
 	ctx, cancel := context.WithTimeout(g.ctx, 5*time.Second)
 	defer cancel()
 	if err := g.s.createGroup(ctx, g.key, g.group, "0"); err != nil {
@@ -494,7 +502,7 @@ func (g *groupSub) recreate(bo *backoff) {
 	g.s.b.opts.Logger.Info("redisstreams: consumer group was missing; recreated it", "topic", g.topic, "group", g.group)
 }
 
-func (g *groupSub) fail(err error, bo *backoff) {
+func (g *groupSub) fail(err error, bo *backoff.Backoff) {
 	if g.ctx.Err() != nil {
 		return
 	}
@@ -503,7 +511,7 @@ func (g *groupSub) fail(err error, bo *backoff) {
 	if isMoved(err) {
 		g.s.reloadCluster(g.ctx)
 	}
-	sleepCtx(g.ctx, bo.next())
+	_ = backoff.Sleep(g.ctx, bo.Next())
 }
 
 // work is one handler goroutine; it returns when the subscription stops.
@@ -537,43 +545,25 @@ func (g *groupSub) process(m *groupMsg) {
 	g.mu.Unlock()
 	defer g.forget(m.id)
 
-	maxDel := g.cfg.MaxDeliveries
 	for {
 		ev, err := decodeEvent(m.values)
 		if err != nil {
-			g.s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it",
-				"topic", g.topic, "id", m.id, "err", err)
-			if g.s.deadLetter(g.topic, undecodableEvent(g.topic, m.id, m.values, err)) == nil {
-				g.s.acks.add(g.key, g.group, m.id)
-			}
-			return
-		}
-		if maxDel > 0 && m.attempt > maxDel {
-			// Delivered maxDel times already without an ack (consumers died).
-			reason := fmt.Sprintf("delivered %d times without an ack", m.attempt-1)
-			if g.s.deadLetter(g.topic, deadEvent(ev, g.topic, reason, m.attempt-1)) == nil {
+			if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err) == nil {
 				g.s.acks.add(g.key, g.group, m.id)
 			}
 			return
 		}
 		ev.DeliveryAttempt = m.attempt
-		herr := callHandler(g.ctx, g.h, ev)
-		if herr == nil {
-			g.s.acks.add(g.key, g.group, m.id)
+		if g.p.Handle(g.ctx, ev) == nil {
+			if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
+				g.s.acks.add(g.key, g.group, m.id)
+			}
 			return
 		}
 		if g.ctx.Err() != nil {
 			return // pending: reclaimed after the ack deadline
 		}
-		if maxDel > 0 && m.attempt >= maxDel {
-			if err := g.s.deadLetter(g.topic, deadEvent(ev, g.topic, herr.Error(), m.attempt)); err != nil {
-				g.s.b.opts.Logger.Warn("redisstreams: dead letter failed; entry stays pending", "topic", g.topic, "id", m.id, "err", err)
-				return
-			}
-			g.s.acks.add(g.key, g.group, m.id)
-			return
-		}
-		if !sleepCtx(g.ctx, pubsub.RetryDelay(m.attempt)) {
+		if backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt)) != nil {
 			return
 		}
 		// Claim it again: that counts the attempt on the server. MinIdle is
@@ -841,7 +831,7 @@ func (a *acker) write(batch []ackReq) {
 		}
 		byStream[k] = append(byStream[k], r.id)
 	}
-	var bo backoff
+	bo := newRetry()
 	for try := 0; ; try++ {
 		ctx := context.Background()
 		pipe := a.b.client.Pipeline()
@@ -867,6 +857,6 @@ func (a *acker) write(batch []ackReq) {
 			return
 		}
 		order = failed
-		time.Sleep(bo.next())
+		time.Sleep(bo.Next())
 	}
 }

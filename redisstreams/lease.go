@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/leasebus/leasebus/lease"
 )
@@ -241,8 +242,8 @@ func (b *Backend) sendCalls(ctx context.Context, calls []*leaseCall) {
 // cached on the server) the first run is sent alone first. It returns when
 // every send has.
 func inPipelines(n int, size func(i int) int, cold bool, send func(lo, hi int)) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, renewInFlight)
+	var g errgroup.Group
+	g.SetLimit(renewInFlight)
 	for start := 0; start < n; {
 		lo, hi, total := start, start+1, size(start)
 		for hi < n && total+size(hi) <= PipelineChunk {
@@ -254,14 +255,13 @@ func inPipelines(n int, size func(i int) int, cold bool, send func(lo, hi int)) 
 			start = hi
 			continue
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			send(lo, hi)
+			return nil
 		})
 		start = hi
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // renewInFlight bounds the pipelines runPipelined has in flight at once.

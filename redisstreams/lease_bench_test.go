@@ -14,27 +14,6 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
-// roundTrips is a go-redis hook that counts round trips: one per command
-// processed alone, one per pipeline. Add it to every node client of a
-// Cluster (OnNewNode) to count round trips per node.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 const benchTTL = 30 * time.Second
 
 // benchParallelism makes RunParallel use 16 goroutines.
@@ -147,7 +126,7 @@ func BenchmarkRenew10k(b *testing.B) {
 	}
 	b.Cleanup(func() { be.Close() })
 	reqs := acquireMany(b, be, 10_000)
-	hook := &roundTrips{}
+	hook := &redistest.RoundTrips{}
 	c.AddHook(hook)
 	ctx := context.Background()
 	b.ResetTimer()
@@ -160,7 +139,7 @@ func BenchmarkRenew10k(b *testing.B) {
 			b.Fatal("lease not renewed")
 		}
 	}
-	b.ReportMetric(float64(hook.n.Load())/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(hook.N())/float64(b.N), "roundtrips/op")
 }
 
 // acquireMany acquires n leases for owner "me" (in pipelines, as a setup
@@ -196,10 +175,10 @@ func TestLeaseRenew10kRoundTrips(t *testing.T) {
 	c := s.Client(t)
 	be := newBackendOn(t, c)
 	reqs := acquireMany(t, be, 10_000)
-	hook := &roundTrips{}
+	hook := &redistest.RoundTrips{}
 	c.AddHook(hook)
 	for i, limit := range []int64{20, 10, 10} {
-		hook.n.Store(0)
+		hook.Reset()
 		ok, err := be.RenewLeases(t.Context(), reqs)
 		if err != nil {
 			t.Fatal(err)
@@ -209,7 +188,7 @@ func TestLeaseRenew10kRoundTrips(t *testing.T) {
 				t.Fatalf("renewal %d = false", i)
 			}
 		}
-		if n := hook.n.Load(); n > limit {
+		if n := hook.N(); n > limit {
 			t.Fatalf("renewal %d of 10,000 leases took %d round trips, want <= %d", i+1, n, limit)
 		} else {
 			t.Logf("renewal %d of 10,000 leases took %d round trips", i+1, n)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/redistest"
@@ -65,38 +64,21 @@ func newBackendOn(t testing.TB, c redis.UniversalClient) *Backend {
 	return b
 }
 
-// TestLeaseStandalone runs the lease checks on a private redis-server, on
-// real time.
-func TestLeaseStandalone(t *testing.T) {
-	c := redistest.Start(t, redistest.Options{}).Client(t)
-	leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}.run(t)
-}
-
-// TestMiniredisLease runs the lease checks on miniredis (in process, Lua by
-// gopher-lua), where time passes only when the test fast-forwards it: the
-// quick unit-test path, needing no redis-server.
-func TestMiniredisLease(t *testing.T) {
-	var mu sync.Mutex
-	servers := map[*Backend]*miniredis.Miniredis{}
-	leaseEnv{
-		new: func(t *testing.T) *Backend {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { c.Close() })
-			b := newBackendOn(t, c)
-			mu.Lock()
-			servers[b] = m
-			mu.Unlock()
-			return b
-		},
-		advance: func(t *testing.T, b *Backend, d time.Duration) {
-			mu.Lock()
-			m := servers[b]
-			mu.Unlock()
-			m.FastForward(d)
-		},
-		ttl: 10 * time.Second,
-	}.run(t)
+// TestLeaseConformance runs the lease checks on every deployment of
+// redistest.Deployments, each Backend with a key prefix of its own: on real
+// time (TTL 200ms) on a private redis-server, a 3-master Cluster and a
+// Sentinel deployment through one failover client; on miniredis (Lua by
+// gopher-lua) time passes only when the test fast-forwards it (TTL 10s).
+func TestLeaseConformance(t *testing.T) {
+	redistest.ForEachDeployment(t, func(t *testing.T, d *redistest.Deployed) {
+		c := d.NewClient(t)
+		env := leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}
+		if d.FastForward != nil {
+			env.ttl = 10 * time.Second
+			env.advance = func(_ *testing.T, _ *Backend, by time.Duration) { d.FastForward(by) }
+		}
+		env.run(t)
+	})
 }
 
 // runLeaseExtras checks what the conformance suite does not: names that try

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -22,10 +21,6 @@ import (
 // goroutines start on first use, so a Backend used only for leases runs none.
 type streamBus struct {
 	b *Backend
-
-	// calls counts Publish and Subscribe calls in progress; close waits for
-	// them after the Backend is marked closed (so no new ones start).
-	calls sync.WaitGroup
 
 	startOnce sync.Once
 	ctx       context.Context // ends when close stops the readers
@@ -45,8 +40,6 @@ type streamBus struct {
 	subs    map[subscription]struct{}
 	readers map[string]*fanReader
 	bg      sync.WaitGroup // readers and other bus goroutines
-
-	done chan struct{} // closed when close has finished
 }
 
 // subscription is what close stops: a fan-out or a group subscription.
@@ -62,7 +55,6 @@ type subscription interface {
 
 func (s *streamBus) init(b *Backend) {
 	s.b = b
-	s.done = make(chan struct{})
 	s.subs = make(map[subscription]struct{})
 	s.subKeys = make(map[string]int)
 	s.lastPub = make(map[string]string)
@@ -79,25 +71,29 @@ func (s *streamBus) start() {
 }
 
 // enter registers a Publish or Subscribe call; it fails with ErrClosed after
-// Close. The caller must call s.calls.Done.
+// Close. The caller must call s.leave.
 func (s *streamBus) enter() error {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	if !s.b.life.Enter() {
 		return pubsub.ErrClosed
 	}
-	s.calls.Add(1)
 	s.start()
 	return nil
 }
 
-// close drains in-flight publishes, stops every subscription (waiting for
-// its handlers and writing its acks), stops the readers, flushes the acker
-// and stops the writers.
-func (s *streamBus) close() error {
-	defer close(s.done)
-	s.calls.Wait()
+// leave ends a call registered by enter.
+func (s *streamBus) leave() { s.b.life.Leave() }
+
+// abandoned reports whether a Shutdown gave up on the handlers still
+// running: what they return is no longer acked.
+func (s *streamBus) abandoned() bool { return s.b.life.Aborted() }
+
+// close runs once the Publish and Subscribe calls in progress have left: it
+// stops every subscription (waiting for its handlers and writing its acks),
+// stops the readers, flushes the acker and stops the writers. When abort
+// closes before every handler has returned, it stops waiting for them and
+// marks the bus abandoned (what they return is not acked); stragglers is
+// closed once they have returned too.
+func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, err error) {
 	s.startOnce.Do(func() {}) // nothing started: nothing to stop but the ctx
 	s.mu.Lock()
 	subs := make([]subscription, 0, len(s.subs))
@@ -106,23 +102,20 @@ func (s *streamBus) close() error {
 	}
 	s.mu.Unlock()
 
-	var (
-		wg   sync.WaitGroup
-		emu  sync.Mutex
-		errs []error
-	)
-	for _, sub := range subs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sub.shutdown(context.Background()); err != nil {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-			}
-		}()
+	var wg sync.WaitGroup
+	errs := make([]error, len(subs)+1)
+	for i, sub := range subs {
+		wg.Go(func() { errs[i] = sub.shutdown(context.Background()) })
 	}
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-abort: // see abandoned
+	}
 
 	s.cancel()
 	s.mu.Lock()
@@ -132,13 +125,16 @@ func (s *streamBus) close() error {
 	s.mu.Unlock()
 	s.bg.Wait()
 
-	errs = append(errs, s.acks.close())
 	s.pubQ.wait() // batches of publishes whose callers gave up waiting
-	return errors.Join(errs...)
+	select {
+	case <-stopped:
+		errs[len(subs)] = s.acks.close()
+		return stopped, errors.Join(errs...)
+	default:
+		// Handlers were given up on: errs is still being written.
+		return stopped, s.acks.close()
+	}
 }
-
-// wait returns once close has finished.
-func (s *streamBus) wait() { <-s.done }
 
 // add registers a started subscription.
 func (s *streamBus) add(sub subscription) {
@@ -196,7 +192,7 @@ func (s *streamBus) flush(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	delay := time.Millisecond
+	poll := backoff.Backoff{Policy: backoff.Policy{Min: time.Millisecond, Max: 20 * time.Millisecond}}
 	for {
 		if err := s.acks.flush(ctx); err != nil {
 			return err
@@ -218,10 +214,9 @@ func (s *streamBus) flush(ctx context.Context) error {
 		if len(subs) == 0 {
 			return s.acks.flush(ctx)
 		}
-		if !sleepCtx(ctx, delay) {
-			return ctx.Err()
+		if err := backoff.Sleep(ctx, poll.Next()); err != nil {
+			return err
 		}
-		delay = min(2*delay, 20*time.Millisecond)
 	}
 }
 
@@ -241,7 +236,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 	if err := b.bus.enter(); err != nil {
 		return err
 	}
-	defer b.bus.calls.Done()
+	defer b.bus.leave()
 	if err := pubsub.ValidateTopic(topic); err != nil {
 		return err
 	}
@@ -270,15 +265,16 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 // standalone or Sentinel client share one blocking connection (on Cluster,
 // one per hash slot; on other clients, such as a Ring, one per topic, polling
 // every 100ms at most); a new subscription wakes it with CLIENT UNBLOCK. A
-// failing fan-out delivery is retried locally with pubsub.RetryDelay backoff
-// and, after MaxDeliveries attempts, published to the dead-letter topic.
+// failing fan-out delivery is retried locally after pubsub.RedeliveryDelay
+// and, after MaxDeliveries attempts, published to the dead-letter topic
+// (pubsub.Policy).
 //
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
 // existing group keeps its position), named Options.Consumer plus a
 // per-subscription suffix. It holds one connection for its blocking
 // XREADGROUP, reads up to BatchSize entries at a time, acks in batches,
-// redelivers a nacked entry to itself after pubsub.RetryDelay (XCLAIM, which
+// redelivers a nacked entry to itself after pubsub.RedeliveryDelay (XCLAIM, which
 // counts the attempt), and every AckDeadline/2 claims entries that other
 // consumers left unacked for AckDeadline. Entries its handlers have not
 // started when it is unsubscribed are handed back at once. With
@@ -297,15 +293,16 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 	if err := b.bus.enter(); err != nil {
 		return nil, err
 	}
-	defer b.bus.calls.Done()
+	defer b.bus.leave()
 	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
 	if err != nil {
 		return nil, err
 	}
+	p := b.bus.policy(topic, h, cfg)
 	if cfg.Group != "" {
-		return b.bus.subscribeGroup(ctx, topic, h, cfg)
+		return b.bus.subscribeGroup(ctx, p, cfg)
 	}
-	return b.bus.subscribeFanOut(ctx, topic, h, cfg)
+	return b.bus.subscribeFanOut(ctx, p, cfg)
 }
 
 // Flush waits until every event this Backend published before the call has
@@ -322,63 +319,44 @@ func (b *Backend) Flush(ctx context.Context) error {
 	return b.bus.flush(ctx)
 }
 
-// callHandler runs h, turning a panic into an error.
-func callHandler(ctx context.Context, h pubsub.Handler, e pubsub.Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("redisstreams: handler panicked: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return h(ctx, e)
+// policy returns the delivery policy of a subscription to topic.
+func (s *streamBus) policy(topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) *pubsub.Policy {
+	return pubsub.NewPolicy(topic, h, cfg, s.publishDead)
 }
 
-// deadLetter publishes e to the dead-letter topic of topic. It uses its own
-// timeout, not a subscription's ctx, so it completes during shutdown.
-func (s *streamBus) deadLetter(topic string, e pubsub.Event) error {
-	fields, _, err := encodeEvent(e)
+// publishDead stores the dead letter e on the topic dead. Unlike Publish it
+// works while the Backend closes (a subscription that is draining may
+// dead-letter), and it makes the metadata valid UTF-8 first: the reason and
+// the failed topic may hold any bytes.
+func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event) error {
+	fields, _, err := encodeEvent(validMetadata(e))
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return s.publish(ctx, s.b.keys.Stream(dead), fields)
+}
+
+// deadLetterUndecodable dead-letters the stream entry id of topic, which
+// could not be decoded (err), with its raw fields as Data.
+func (s *streamBus) deadLetterUndecodable(topic, id string, values map[string]any, err error) error {
+	s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it", "topic", topic, "id", id, "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), pubsub.DeadLetterTimeout)
 	defer cancel()
 	dead := pubsub.DeadLetterTopic(topic)
-	if err := s.publish(ctx, s.b.keys.Stream(dead), fields); err != nil {
-		return fmt.Errorf("redisstreams: dead-letter %q to %q: %w", e.ID, dead, err)
+	if err := s.publishDead(ctx, dead, undecodableEvent(topic, id, values, err)); err != nil {
+		s.b.opts.Logger.Warn("redisstreams: dead letter failed", "topic", topic, "id", id, "err", err)
+		return fmt.Errorf("redisstreams: dead-letter entry %s of %q to %q: %w", id, topic, dead, err)
 	}
 	return nil
 }
 
-// backoff is a capped, jittered exponential delay for retry loops, so that a
-// loop facing a dead server neither spins nor gives up.
-type backoff struct{ d time.Duration }
+// retryPolicy paces the retry loops that talk to Redis (reads, acks), so
+// that a loop facing a dead server neither spins nor gives up: 20ms doubling
+// to 2s, jittered.
+var retryPolicy = backoff.Policy{Min: 20 * time.Millisecond, Max: 2 * time.Second, Jitter: true}
 
-const (
-	backoffMin = 20 * time.Millisecond
-	backoffMax = 2 * time.Second
-)
-
-func (b *backoff) next() time.Duration {
-	if b.d == 0 {
-		b.d = backoffMin
-	} else {
-		b.d = min(2*b.d, backoffMax)
-	}
-	return b.d/2 + rand.N(b.d/2+1)
-}
-
-func (b *backoff) reset() { b.d = 0 }
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// newRetry returns a fresh Backoff of retryPolicy.
+func newRetry() backoff.Backoff { return backoff.Backoff{Policy: retryPolicy} }
 
 // isNoGroup reports a NOGROUP reply: the stream or its group is gone.
 func isNoGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }

@@ -40,7 +40,7 @@ func psBackend(t testing.TB, c redis.UniversalClient, o Options) *Backend {
 // psPeer returns the NewPeer of the suite: a second Backend with the same
 // options on a second client of the same deployment (another process's
 // view).
-func psPeer(newClient func(t *testing.T) redis.UniversalClient) func(t *testing.T, ps pubsub.PubSub) pubsub.PubSub {
+func psPeer(newClient func(t testing.TB) redis.UniversalClient) func(t *testing.T, ps pubsub.PubSub) pubsub.PubSub {
 	return func(t *testing.T, ps pubsub.PubSub) pubsub.PubSub {
 		o := ps.(*Backend).opts
 		o.Consumer = ""
@@ -48,57 +48,24 @@ func psPeer(newClient func(t *testing.T) redis.UniversalClient) func(t *testing.
 	}
 }
 
+// TestPubSubConformance runs the pubsub suite on every deployment of
+// redistest.Deployments: a private redis-server, a 3-master Cluster, a
+// Sentinel deployment through failover clients, and miniredis (which lacks
+// CLIENT ID and CLIENT UNBLOCK: the readers poll instead). Each Backend gets
+// a client of its own.
 func TestPubSubConformance(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	newClient := func(t *testing.T) redis.UniversalClient { return srv.Client(t) }
-	pubsubtest.Run(t, pubsubtest.Config{
-		New: func(t *testing.T) pubsub.PubSub {
-			return psBackend(t, newClient(t), Options{BlockTime: 500 * time.Millisecond})
-		},
-		NewPeer: psPeer(newClient),
-		Features: pubsubtest.Features{
-			ConsumerGroups: true,
-			AckDeadline:    true,
-			Persistent:     true,
-		},
-	})
-}
-
-func TestClusterPubSubConformance(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	newClient := func(t *testing.T) redis.UniversalClient { return cl.Client(t) }
-	pubsubtest.Run(t, pubsubtest.Config{
-		New: func(t *testing.T) pubsub.PubSub {
-			return psBackend(t, newClient(t), Options{BlockTime: 500 * time.Millisecond})
-		},
-		NewPeer: psPeer(newClient),
-		Features: pubsubtest.Features{
-			ConsumerGroups: true,
-			AckDeadline:    true,
-			Persistent:     true,
-		},
-	})
-}
-
-// TestMiniredisPubSub runs the suite on miniredis, which lacks CLIENT ID and
-// CLIENT UNBLOCK (the reader polls instead).
-func TestMiniredisPubSub(t *testing.T) {
-	m := miniredis.RunT(t)
-	newClient := func(t *testing.T) redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	pubsubtest.Run(t, pubsubtest.Config{
-		New: func(t *testing.T) pubsub.PubSub {
-			return psBackend(t, newClient(t), Options{BlockTime: 200 * time.Millisecond})
-		},
-		NewPeer: psPeer(newClient),
-		Features: pubsubtest.Features{
-			ConsumerGroups: true,
-			AckDeadline:    true,
-			Persistent:     true,
-		},
+	redistest.ForEachDeployment(t, func(t *testing.T, d *redistest.Deployed) {
+		pubsubtest.Run(t, pubsubtest.Config{
+			New: func(t *testing.T) pubsub.PubSub {
+				return psBackend(t, d.NewClient(t), Options{BlockTime: 500 * time.Millisecond})
+			},
+			NewPeer: psPeer(d.NewClient),
+			Features: pubsubtest.Features{
+				ConsumerGroups: true,
+				AckDeadline:    true,
+				Persistent:     true,
+			},
+		})
 	})
 }
 
@@ -254,7 +221,14 @@ func TestPublishCoalesces(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := srv.Client(t)
 	var pipes, cmds atomic.Int64
-	c.AddHook(psCountHook{pipes: &pipes, cmds: &cmds})
+	c.AddHook(&redistest.RoundTrips{Observe: func(_ context.Context, cs []redis.Cmder, pipeline bool) {
+		switch {
+		case !pipeline:
+			cmds.Add(1)
+		case cs[0].Name() == "xadd":
+			pipes.Add(1)
+		}
+	}})
 	b := psBackend(t, c, Options{})
 	ctx := t.Context()
 	const n = 2000
@@ -274,24 +248,6 @@ func TestPublishCoalesces(t *testing.T) {
 		t.Errorf("%d publishes took %d pipelines, want far fewer", n, p)
 	}
 	t.Logf("%d publishes in %d pipelines (%d single commands)", n, pipes.Load(), cmds.Load())
-}
-
-type psCountHook struct{ pipes, cmds *atomic.Int64 }
-
-func (h psCountHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h psCountHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h psCountHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "xadd" {
-			h.pipes.Add(1)
-		}
-		return next(ctx, cmds)
-	}
 }
 
 // TestPubSubGroupAckWrittenOnClose checks that Close writes the acks of

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -188,7 +189,7 @@ type fanSub struct {
 	st    *fanStream
 	topic string
 	key   string
-	h     pubsub.Handler
+	p     *pubsub.Policy
 	cfg   pubsub.SubscribeConfig
 
 	cursor string       // last entry id handed over; guarded by r.mu
@@ -238,7 +239,8 @@ func (s *streamBus) readerFor(key string) *fanReader {
 	return r
 }
 
-func (s *streamBus) subscribeFanOut(ctx context.Context, topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
+	topic := p.Topic()
 	key := s.b.keys.Stream(topic)
 	cursor := "0-0"
 	if cfg.StartFrom == pubsub.Latest {
@@ -252,7 +254,7 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, topic string, h pubsub.
 	sub := &fanSub{
 		s:      s,
 		topic:  topic,
-		h:      h,
+		p:      p,
 		cfg:    cfg,
 		cursor: cursor,
 		ch:     make(chan fanMsg, size),
@@ -351,24 +353,16 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	return compareStreamIDs(cursor, id) >= 0 && f.busy.Load() == 0, nil
 }
 
-// handle delivers one entry, retrying locally on failure with
-// pubsub.RetryDelay backoff, and dead-letters it after MaxDeliveries
-// attempts. An unsubscribed subscription drops it.
+// handle delivers one entry under the subscription's policy, redelivering
+// it locally after each failed attempt (the policy dead-letters it after
+// MaxDeliveries attempts). An unsubscribed subscription drops it.
 func (f *fanSub) handle(m fanMsg) {
 	for attempt := 1; ; attempt++ {
 		m.ev.DeliveryAttempt = attempt
-		err := callHandler(f.ctx, f.h, m.ev)
-		if err == nil || f.ctx.Err() != nil {
+		if f.p.Handle(f.ctx, m.ev) == nil || f.ctx.Err() != nil {
 			return
 		}
-		if f.cfg.MaxDeliveries > 0 && attempt >= f.cfg.MaxDeliveries {
-			if derr := f.s.deadLetter(f.topic, deadEvent(m.ev, f.topic, err.Error(), attempt)); derr != nil {
-				f.s.b.opts.Logger.Warn("redisstreams: fan-out dead letter failed; event dropped for this subscription",
-					"topic", f.topic, "event", m.ev.ID, "err", derr)
-			}
-			return
-		}
-		if !sleepCtx(f.ctx, pubsub.RetryDelay(attempt)) {
+		if backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt)) != nil {
 			return
 		}
 	}
@@ -378,7 +372,7 @@ func (f *fanSub) handle(m fanMsg) {
 func (r *fanReader) loop() {
 	defer r.bl.reset()
 	ctx := r.s.ctx
-	var bo backoff
+	bo := newRetry()
 	for ctx.Err() == nil {
 		r.bl.arm()
 		streams := r.args()
@@ -405,12 +399,12 @@ func (r *fanReader) loop() {
 		r.bl.disarm()
 		switch {
 		case err == redis.Nil:
-			bo.reset()
+			bo.Reset()
 		case err != nil:
 			r.fail(ctx, err, &bo)
 			continue
 		default:
-			bo.reset()
+			bo.Reset()
 			r.dispatch(res)
 		}
 		if time.Since(r.lastCheck) >= r.s.b.opts.BlockTime {
@@ -419,7 +413,7 @@ func (r *fanReader) loop() {
 	}
 }
 
-func (r *fanReader) fail(ctx context.Context, err error, bo *backoff) {
+func (r *fanReader) fail(ctx context.Context, err error, bo *backoff.Backoff) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -428,7 +422,7 @@ func (r *fanReader) fail(ctx context.Context, err error, bo *backoff) {
 	if isMoved(err) {
 		r.s.reloadCluster(ctx)
 	}
-	sleepCtx(ctx, bo.next())
+	_ = backoff.Sleep(ctx, bo.Next())
 }
 
 // args returns the XREAD STREAMS arguments: each stream with a subscription
@@ -515,11 +509,7 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 	}
 	r.mu.Unlock()
 	for _, p := range poisons {
-		r.s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it",
-			"topic", p.topic, "id", p.id, "err", p.err)
-		if err := r.s.deadLetter(p.topic, undecodableEvent(p.topic, p.id, p.values, p.err)); err != nil {
-			r.s.b.opts.Logger.Warn("redisstreams: dead letter failed", "topic", p.topic, "id", p.id, "err", err)
-		}
+		_ = r.s.deadLetterUndecodable(p.topic, p.id, p.values, p.err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/lease"
@@ -114,20 +115,16 @@ func (r *renewal) send(ctx context.Context) {
 
 // sendShard sends runs [first, end), all of one shard.
 func (r *renewal) sendShard(ctx context.Context, first, end int, cold bool) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, renewInFlight)
+	var g errgroup.Group
+	g.SetLimit(renewInFlight)
 	for i := first; i < end; i++ {
 		if cold && i == first {
 			r.sendRun(ctx, i)
 			continue
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			r.sendRun(ctx, i)
-		})
+		g.Go(func() error { r.sendRun(ctx, i); return nil })
 	}
-	wg.Wait()
+	_ = g.Wait()
 }
 
 // sendRun sends pipeline i and records its answers, unless the caller has

@@ -7,39 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
-	"github.com/leasebus/leasebus/pubsub/pubsubtest"
 )
-
-// TestSentinelPubSubConformance runs the pubsub suite on a Sentinel
-// deployment (a master, one replica, one sentinel) through failover
-// clients, each Backend on a client of its own.
-func TestSentinelPubSubConformance(t *testing.T) {
-	st := redistest.StartSentinel(t, 1)
-	newClient := func(t *testing.T) redis.UniversalClient { return st.Client(t) }
-	pubsubtest.Run(t, pubsubtest.Config{
-		New: func(t *testing.T) pubsub.PubSub {
-			return psBackend(t, newClient(t), Options{BlockTime: 500 * time.Millisecond})
-		},
-		NewPeer: psPeer(newClient),
-		Features: pubsubtest.Features{
-			ConsumerGroups: true,
-			AckDeadline:    true,
-			Persistent:     true,
-		},
-	})
-}
-
-// TestSentinelLeaseConformance runs the lease checks on a Sentinel
-// deployment through one failover client, on real time.
-func TestSentinelLeaseConformance(t *testing.T) {
-	c := redistest.StartSentinel(t, 1).Client(t)
-	leaseEnv{new: func(t *testing.T) *Backend { return newBackendOn(t, c) }, ttl: 200 * time.Millisecond}.run(t)
-}
 
 // TestSentinelFailoverResumes kills the master under a group subscriber and
 // a publisher on failover clients and checks that both carry on against the

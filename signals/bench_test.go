@@ -79,26 +79,6 @@ func benchRuntimeHook(b *testing.B, srv *redistest.Server, id string, hook redis
 	return rt
 }
 
-// benchTrips is a redis.Hook that counts round trips: one per command sent
-// alone, one per pipeline (a blocking XREADGROUP counts once per call).
-type benchTrips struct{ n atomic.Int64 }
-
-func (h *benchTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *benchTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *benchTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // benchStart skips under -short and starts a private redis-server.
 func benchStart(b *testing.B) *redistest.Server {
 	b.Helper()
@@ -167,7 +147,7 @@ func BenchmarkSendWoke(b *testing.B) {
 		}
 		return nil
 	}
-	trips := &benchTrips{}
+	trips := &redistest.RoundTrips{}
 	rt := benchRuntimeHook(b, srv, "bench-woke", trips, agent)
 	// Warm-up: connections, consumer groups of WorkTopic, the lease script.
 	if _, err := rt.Send(b.Context(), "warm", signals.Signal{ID: "warm", Type: "msg"}); err != nil {
@@ -178,7 +158,7 @@ func BenchmarkSendWoke(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	send := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
-	trips0 := trips.n.Load()
+	trips0 := trips.N()
 	for i := range b.N {
 		id := fmt.Sprint("w", i)
 		start := time.Now()
@@ -196,7 +176,7 @@ func BenchmarkSendWoke(b *testing.B) {
 	}
 	b.StopTimer()
 	benchReport(b, lat, send)
-	b.ReportMetric(float64(trips.n.Load()-trips0)/float64(b.N), "redis-rt/op")
+	b.ReportMetric(float64(trips.N()-trips0)/float64(b.N), "redis-rt/op")
 }
 
 // BenchmarkSendForwarded measures Send→agent latency when another runtime
@@ -224,7 +204,7 @@ func BenchmarkSendForwarded(b *testing.B) {
 			got <- benchArrival{s.ID, time.Now()}
 		}
 	}
-	trips := &benchTrips{}
+	trips := &redistest.RoundTrips{}
 	owner := benchRuntimeHook(b, srv, "bench-owner", trips, ownerAgent, signals.WithNextWait(time.Hour))
 	sender := benchRuntimeHook(b, srv, "bench-sender", trips, func(context.Context, *signals.Run) error {
 		b.Error("the sender ran a signal: the owner lost the thread")
@@ -247,7 +227,7 @@ func BenchmarkSendForwarded(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	send := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
-	trips0 := trips.n.Load()
+	trips0 := trips.N()
 	for i := range b.N {
 		id := fmt.Sprint("f", i)
 		start := time.Now()
@@ -265,7 +245,7 @@ func BenchmarkSendForwarded(b *testing.B) {
 	}
 	b.StopTimer()
 	benchReport(b, lat, send)
-	b.ReportMetric(float64(trips.n.Load()-trips0)/float64(b.N), "redis-rt/op")
+	b.ReportMetric(float64(trips.N()-trips0)/float64(b.N), "redis-rt/op")
 }
 
 // BenchmarkSignalsThroughput runs 3 runtimes in one process (3 Backends, each
@@ -342,7 +322,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 			recovered.Add(1)
 		}
 	}
-	trips := &benchTrips{}
+	trips := &redistest.RoundTrips{}
 	rts := make([]*signals.Runtime, runtimes)
 	for i := range rts {
 		rts[i] = benchRuntimeHook(b, srv, fmt.Sprint("tp-", i), trips, agent, signals.WithObserver(observe))
@@ -368,7 +348,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		wg      sync.WaitGroup
 	)
 	b.ResetTimer()
-	trips0 := trips.n.Load()
+	trips0 := trips.N()
 	start := time.Now()
 	for range senders {
 		wg.Go(func() {
@@ -403,7 +383,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		b.Fatalf("only %d of %d signals completed within 5m", n, b.N)
 	}
 	b.StopTimer()
-	tripsRun := trips.n.Load() - trips0
+	tripsRun := trips.N() - trips0
 	elapsed := finished.Sub(start)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "signals/s")
 	b.ReportMetric(float64(b.N)/sentAll.Seconds(), "sends/s")

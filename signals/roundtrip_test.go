@@ -3,7 +3,6 @@ package signals_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,35 +109,20 @@ func rtCommands(trips []rtTrip) []rtTrip {
 // outlive the call (the held lease's context keeps its values) are ignored
 // once the probe is closed.
 type rtHook struct {
-	cur   atomic.Pointer[rtProbe] // the Send window currently open, if any
-	dials atomic.Int64
-	other atomic.Int64 // round trips attributed to no Send
+	redistest.RoundTrips                         // counts; its Observe is count
+	cur                  atomic.Pointer[rtProbe] // the Send window currently open, if any
+	other                atomic.Int64            // round trips attributed to no Send
 }
 
 var _ redis.Hook = (*rtHook)(nil)
 
-func (h *rtHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		h.dials.Add(1)
-		return next(ctx, network, addr)
-	}
+func newRTHook() *rtHook {
+	h := &rtHook{}
+	h.Observe = h.count
+	return h
 }
 
-func (h *rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(ctx, []redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-
-func (h *rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(ctx, cmds)
-		return next(ctx, cmds)
-	}
-}
-
-func (h *rtHook) count(ctx context.Context, cmds []redis.Cmder) {
+func (h *rtHook) count(ctx context.Context, cmds []redis.Cmder, _ bool) {
 	names := make([]string, len(cmds))
 	publishOnly, setup := len(cmds) > 0, len(cmds) > 0
 	for i, c := range cmds {
@@ -286,7 +270,7 @@ func TestSendRoundTrips(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 
-	hook := &rtHook{}
+	hook := newRTHook()
 	agentA, agentB := newRTHoldAgent(), newRTHoldAgent()
 	// Registered first so it runs last among the cleanups that need it: the
 	// runs must be released before the runtimes' Close waits for them.
@@ -315,7 +299,7 @@ func TestSendRoundTrips(t *testing.T) {
 
 	// Warm-up: connections and the acquire script.
 	acc, trips := hook.send(t, rtA, "rt-warm", signals.Signal{ID: "warm", Type: "msg"})
-	t.Logf("warm-up (not asserted): %v, %d round trips %v, %d dials", acc.Action, len(trips), trips, hook.dials.Load())
+	t.Logf("warm-up (not asserted): %v, %d round trips %v, %d dials", acc.Action, len(trips), trips, hook.Dials())
 	agentA.waitGot(t, "warm")
 
 	const reps = 4
@@ -352,7 +336,7 @@ func TestSendRoundTrips(t *testing.T) {
 		}
 		sentB = append(sentB, id)
 	}
-	t.Logf("dials on the measured client: %d", hook.dials.Load())
+	t.Logf("dials on the measured client: %d", hook.Dials())
 
 	// The counted sends did their job: every signal reaches its owner's agent.
 	release()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -389,7 +390,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
 	}
-	poll := noticePollFirst
+	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
 	if ev.DeliveryAttempt > 1 {
 		// A retry: a handler held this notice before (for a quarter of the
 		// TTL, unless it failed), so any tenure that was ending when the
@@ -397,7 +398,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 		// needed. Checking every recovery interval keeps a long run
 		// elsewhere with many queued signals from costing a burst of
 		// checks per notice per retry.
-		poll = rt.cfg.recovery
+		poll.Min = rt.cfg.recovery
 	}
 	for {
 		select {
@@ -443,7 +444,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 				continue // a local tenure: wait for it
 			}
 		}
-		wait := time.NewTimer(min(poll, rt.cfg.recovery))
+		wait := time.NewTimer(min(poll.Next(), rt.cfg.recovery))
 		select {
 		case <-wait.C:
 		case <-hold.C:
@@ -456,7 +457,6 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 			wait.Stop()
 			return ctx.Err()
 		}
-		poll = min(2*poll, rt.cfg.recovery)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -106,7 +107,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 		// do works on one signal and records that its work is done, before
 		// the run acks it by asking for the next one (or returning).
 		do := func(id string) error {
-			if err := sleepCtx(ctx, workFor()); err != nil {
+			if err := backoff.Sleep(ctx, workFor()); err != nil {
 				return err
 			}
 			return rec.add(ctx, recDid, "th", run.Thread, "run", run.ID, "sig", id)
@@ -184,7 +185,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	}
 	rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 	for _, j := range jobs {
-		if err := sleepCtx(ctx, time.Duration(20+rng.IntN(120))*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, time.Duration(20+rng.IntN(120))*time.Millisecond); err != nil {
 			return nil
 		}
 		thread := threadName(j.thread)
@@ -216,22 +217,10 @@ func doubleRun(ctx context.Context, b *redisstreams.Backend, rec *recorder, c wo
 			}
 			id := fmt.Sprintf("rogue-%s", c.name)
 			_ = rec.add(ctx, recRogue, "th", thread, "run", id, "tok", strconv.FormatUint(info.Token, 10))
-			_ = sleepCtx(ctx, 3*c.work)
+			_ = backoff.Sleep(ctx, 3*c.work)
 			_ = rec.add(ctx, recEnd, "th", thread, "run", id)
 			return
 		}
-		_ = sleepCtx(ctx, 5*time.Millisecond)
-	}
-}
-
-// sleepCtx sleeps d or until ctx ends, returning ctx.Err() then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		_ = backoff.Sleep(ctx, 5*time.Millisecond)
 	}
 }

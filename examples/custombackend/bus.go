@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"maps"
-	"strconv"
 	"sync"
 	"time"
 
@@ -95,22 +93,26 @@ func (b *ChanBus) Publish(ctx context.Context, topic string, e pubsub.Event) err
 	if b.closed {
 		return pubsub.ErrClosed
 	}
-	b.appendLocked(topic, e)
+	b.logs[topic] = append(b.logs[topic], clone(e))
+	b.broadcast()
 	return nil
 }
 
-func (b *ChanBus) appendLocked(topic string, e pubsub.Event) {
+// clone returns a copy of e that shares no memory with it, so that neither
+// publishers nor handlers can change what the log holds.
+func clone(e pubsub.Event) pubsub.Event {
 	e.Data = append([]byte(nil), e.Data...)
-	if e.Data != nil && len(e.Data) == 0 {
+	if len(e.Data) == 0 {
 		e.Data = nil
 	}
 	e.Metadata = maps.Clone(e.Metadata)
-	b.logs[topic] = append(b.logs[topic], e)
-	b.broadcast()
+	return e
 }
 
 // Subscribe starts cfg.Concurrency goroutines that deliver topic's events
-// to h until Unsubscribe or Close.
+// to h until Unsubscribe or Close. The delivery policy (panics nack,
+// MaxDeliveries dead-letters, redelivery delay) is pubsub.Policy's: the bus
+// only hands events out, acks and redelivers.
 func (b *ChanBus) Subscribe(ctx context.Context, topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) (pubsub.Subscription, error) {
 	cfg, err := pubsub.PrepareSubscribe(topic, h, opts...)
 	if err != nil {
@@ -146,7 +148,8 @@ func (b *ChanBus) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 		}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &chanSub{bus: b, topic: topic, h: h, cfg: cfg, q: q, ctx: sctx, cancel: cancel, done: make(chan struct{})}
+	p := pubsub.NewPolicy(topic, h, cfg, b.Publish)
+	s := &chanSub{bus: b, topic: topic, p: p, cfg: cfg, q: q, ctx: sctx, cancel: cancel, done: make(chan struct{})}
 	b.subs[s] = struct{}{}
 	s.wg.Add(cfg.Concurrency)
 	for range cfg.Concurrency {
@@ -212,7 +215,7 @@ func (b *ChanBus) Close() error {
 type chanSub struct {
 	bus    *ChanBus
 	topic  string
-	h      pubsub.Handler
+	p      *pubsub.Policy
 	cfg    pubsub.SubscribeConfig
 	q      *queue
 	ctx    context.Context // cancelled by stop: handlers see it
@@ -266,9 +269,9 @@ func (s *chanSub) work() {
 			s.sleep(ch, wake)
 			continue
 		}
-		err := s.call(ev)
+		err := s.p.Handle(s.ctx, ev)
 		b.mu.Lock()
-		s.settleLocked(idx, attempt, err, ev)
+		s.settleLocked(idx, attempt, err)
 		b.mu.Unlock()
 	}
 }
@@ -324,30 +327,16 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 	e.attempts++
 	e.inFlight, e.holder = true, s
 	e.deadline = now.Add(s.cfg.AckDeadline)
-	ev = s.bus.logs[q.topic][idx]
-	ev.Metadata = maps.Clone(ev.Metadata)
-	ev.Data = append([]byte(nil), ev.Data...)
-	if len(ev.Data) == 0 {
-		ev.Data = nil
-	}
+	ev = clone(s.bus.logs[q.topic][idx])
 	ev.DeliveryAttempt = e.attempts
 	return idx, ev, e.attempts, time.Time{}, true
 }
 
-// call runs the handler, turning a panic into an error.
-func (s *chanSub) call(ev pubsub.Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return s.h(s.ctx, ev)
-}
-
 // settleLocked records the outcome of delivery attempt of entry idx. An ack
 // from any attempt removes the entry; a nack from an attempt that was
-// overtaken by a redelivery is ignored.
-func (s *chanSub) settleLocked(idx, attempt int, err error, ev pubsub.Event) {
+// overtaken by a redelivery is ignored; any other nack makes the entry due
+// again after the policy's redelivery delay.
+func (s *chanSub) settleLocked(idx, attempt int, err error) {
 	q := s.q
 	e := q.pending[idx]
 	if e == nil {
@@ -361,22 +350,7 @@ func (s *chanSub) settleLocked(idx, attempt int, err error, ev pubsub.Event) {
 	if e.attempts != attempt {
 		return
 	}
-	if s.cfg.MaxDeliveries > 0 && e.attempts >= s.cfg.MaxDeliveries {
-		delete(q.pending, idx)
-		dead := s.bus.logs[q.topic][idx]
-		md := maps.Clone(dead.Metadata)
-		if md == nil {
-			md = map[string]string{}
-		}
-		md[pubsub.MetaDeadTopic] = q.topic
-		md[pubsub.MetaDeadReason] = err.Error()
-		md[pubsub.MetaDeadAttempts] = strconv.Itoa(e.attempts)
-		dead.Metadata = md
-		dead.DeliveryAttempt = 0
-		s.bus.appendLocked(pubsub.DeadLetterTopic(q.topic), dead)
-		return
-	}
 	e.inFlight = false
-	e.readyAt = time.Now().Add(pubsub.RetryDelay(e.attempts))
+	e.readyAt = time.Now().Add(s.p.RedeliveryDelay(e.attempts))
 	s.bus.broadcast()
 }

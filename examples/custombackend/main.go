@@ -1,6 +1,7 @@
 // Command custombackend shows how to plug a backend of your own into
 // leasebus: ChanBus (bus.go) implements pubsub.PubSub with a log per topic
-// and channels, MapLeases (leases.go) implements lease.Provider with a mutex
+// and channels, moving events only (pubsub.Policy brings the delivery
+// policy: panics, dead letters, redelivery delay), MapLeases (leases.go) implements lease.Provider with a mutex
 // and a map. Backend joins them into one value, the shape the signals
 // runtime and lease.ProviderOf look for. main_test.go runs the exported
 // conformance suites, pubsubtest and leasetest, against them: passing those

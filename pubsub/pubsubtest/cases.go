@@ -161,6 +161,7 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"AckDeadlineZero", "ack deadline", sub(topic, ok, pubsub.AckDeadline(0))},
 		{"AckDeadlineNegative", "ack deadline", sub(topic, ok, pubsub.AckDeadline(-time.Second))},
 		{"MaxDeliveriesNegative", "max deliveries", sub(topic, ok, pubsub.MaxDeliveries(-1))},
+		{"RedeliveryDelayNegative", "redelivery delay -1ms", sub(topic, ok, pubsub.RedeliveryDelay(-time.Millisecond))},
 		{"GroupEmpty", "group", sub(topic, ok, pubsub.Group(""))},
 		{"StartFromUnknown", "start", sub(topic, ok, pubsub.StartFrom(pubsub.Position(7)))},
 		{"NilOption", "option", sub(topic, ok, pubsub.Concurrency(2), nil)},
@@ -435,13 +436,7 @@ func (s *suite) nackRedelivers(t *testing.T) {
 			t.Errorf("delivery attempts %v, want [1 2 3]", attempts)
 		}
 	}
-	t.Run("FanOut", func(t *testing.T) { run(t) })
-	t.Run("Group", func(t *testing.T) {
-		if !s.f.ConsumerGroups {
-			t.Skip("pubsubtest: Features.ConsumerGroups is off")
-		}
-		run(t, pubsub.Group("g"))
-	})
+	s.bothKinds(t, "Group", run)
 }
 
 // A panicking handler nacks: the event is redelivered, and the subscription
@@ -606,13 +601,7 @@ func (s *suite) maxDeliveriesDeadLetters(t *testing.T) {
 			t.Errorf("%d dead letters, want 1", n)
 		}
 	}
-	t.Run("FanOut", func(t *testing.T) { run(t) })
-	t.Run("Group", func(t *testing.T) {
-		if !s.f.ConsumerGroups {
-			t.Skip("pubsubtest: Features.ConsumerGroups is off")
-		}
-		run(t, pubsub.Group("g"))
-	})
+	s.bothKinds(t, "Group", run)
 }
 
 // With Concurrency(1) a subscription sees the topic's events in publish
@@ -631,13 +620,7 @@ func (s *suite) orderWithConcurrency1(t *testing.T) {
 			}
 		}
 	}
-	t.Run("FanOut", func(t *testing.T) { run(t) })
-	t.Run("GroupOfOne", func(t *testing.T) {
-		if !s.f.ConsumerGroups {
-			t.Skip("pubsubtest: Features.ConsumerGroups is off")
-		}
-		run(t, pubsub.Group("g"))
-	})
+	s.bothKinds(t, "GroupOfOne", run)
 }
 
 // Concurrency(n) runs n handlers at once, and never more: the first n
@@ -696,13 +679,7 @@ func (s *suite) concurrencyN(t *testing.T) {
 			t.Errorf("a handler waited %v at the barrier", s.c.Timeout)
 		}
 	}
-	t.Run("FanOut", func(t *testing.T) { run(t) })
-	t.Run("GroupOfOne", func(t *testing.T) {
-		if !s.f.ConsumerGroups {
-			t.Skip("pubsubtest: Features.ConsumerGroups is off")
-		}
-		run(t, pubsub.Group("g"))
-	})
+	s.bothKinds(t, "GroupOfOne", run)
 }
 
 // Flush returns after every event published before it was handled by the

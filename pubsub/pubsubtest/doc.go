@@ -17,5 +17,10 @@
 // as evidence; it does not check for leaked goroutines itself, so a backend's
 // package should run goleak in its TestMain.
 //
+// The delivery policy ([pubsub.Policy]: panics, dead letters, the redelivery
+// delay) is checked through the backend, so a backend that skips the Policy
+// fails. A backend with a bounded shutdown ([Shutdowner]) has it checked
+// too.
+//
 // [BenchPublish] and [BenchEndToEnd] give every backend the same benchmarks.
 package pubsubtest

@@ -100,6 +100,10 @@ func Run(t *testing.T, c Config) {
 		{"AckDeadlineRedeliversFromDeadMember", deadline, s.ackDeadlineRedelivers},
 		{"ClaimPendingTakesOverInOrder", groups, s.claimPendingTakesOverInOrder},
 		{"MaxDeliveriesDeadLetters", none, s.maxDeliveriesDeadLetters},
+		{"PanicDeadLetters", none, s.panicDeadLetters},
+		{"MaxDeliveriesCountsUnackedDeliveries", deadline, s.maxDeliveriesCountsUnacked},
+		{"RedeliveryDelayPaces", none, s.redeliveryDelayPaces},
+		{"RedeliveryDelayZero", none, s.redeliveryDelayZero},
 		{"OrderWithConcurrency1", none, s.orderWithConcurrency1},
 		{"ConcurrencyN", none, s.concurrencyN},
 		{"FlushWaitsForDelivery", none, s.flushWaitsForDelivery},
@@ -107,6 +111,8 @@ func Run(t *testing.T, c Config) {
 		{"UnsubscribeIdempotent", none, s.unsubscribeIdempotent},
 		{"UnsubscribeWaitsForHandlers", none, s.unsubscribeWaitsForHandlers},
 		{"ClosedReturnsErrClosed", none, s.closedReturnsErrClosed},
+		{"ShutdownDrains", none, s.shutdownDrains},
+		{"ShutdownStopsAtCtx", none, s.shutdownStopsAtCtx},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

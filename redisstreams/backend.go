@@ -69,11 +69,13 @@ type Options struct {
 	// across a failover: a replica promoted after the master died holds
 	// every token a caller was told it won, so no token is handed out twice,
 	// provided the promoted replica is one that acknowledged: set it to the
-	// number of replicas (with 1 of 2, TestLeaseSyncFailover's scenario saw
-	// Sentinel promote the replica that had not acknowledged, and a token
-	// handed out twice). While fewer replicas are connected than it asks
-	// (after a failover, until the old master rejoins), every acquire and
-	// transfer fails. It costs one more round trip's worth of
+	// number of replicas for a guarantee (with fewer, it holds only as long
+	// as Sentinel or Cluster promotes a replica that acknowledged, which
+	// they prefer but do not promise). It also refuses wins from a master
+	// that has no replica: an old master restarted empty and answering
+	// before Sentinel demotes it. While fewer replicas are connected than it
+	// asks (after a failover, until the old master rejoins), every acquire
+	// and transfer fails. It costs one more round trip's worth of
 	// waiting for the replica on every acquire and transfer, which are no
 	// longer coalesced with other lease calls (BENCHMARKS.md). Default 0:
 	// replication stays asynchronous. It needs a *redis.Client (standalone

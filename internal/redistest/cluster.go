@@ -121,11 +121,12 @@ func (c *Cluster) Nodes() []*Server {
 }
 
 // ClientOptions returns the options [Cluster.Client] uses: Addrs set to
-// every node and ContextTimeoutEnabled on. Adjust them and pass them to
+// every node and everything else at go-redis's defaults, as a user builds a
+// Cluster client (so ctx deadlines are ignored). Adjust them and pass them to
 // redis.NewClusterClient for a client with other settings (the caller
 // closes it).
 func (c *Cluster) ClientOptions() *redis.ClusterOptions {
-	return &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
+	return &redis.ClusterOptions{Addrs: c.Addrs()}
 }
 
 // Client returns a new go-redis cluster client built from

@@ -161,14 +161,14 @@ func (s *Sentinel) Log() string {
 }
 
 // ClientOptions returns the options [Sentinel.Client] uses: MasterName and
-// SentinelAddrs set, and ContextTimeoutEnabled on. Adjust them and pass them
+// SentinelAddrs set and everything else at go-redis's defaults, as a user
+// builds a failover client (so ctx deadlines are ignored). Adjust them and pass them
 // to redis.NewFailoverClient for a client with other settings (the caller
 // closes it).
 func (s *Sentinel) ClientOptions() *redis.FailoverOptions {
 	return &redis.FailoverOptions{
 		MasterName:            s.MasterName(),
 		SentinelAddrs:         s.SentinelAddrs(),
-		ContextTimeoutEnabled: true,
 	}
 }
 

@@ -110,12 +110,19 @@ func (s *Server) URL() string {
 // the log and any AOF/RDB files).
 func (s *Server) Dir() string { return s.dir }
 
-// ClientOptions returns the options [Server.Client] uses: Addr set to the
-// server and ContextTimeoutEnabled on, so a context deadline bounds each
-// command even while the server is paused. Adjust them and pass them to
-// redis.NewClient for a client with other settings (the caller closes it).
+// ClientOptions returns the options [Server.Client] uses: exactly those
+// redisstreams.NewURL builds from [Server.URL] (go-redis's defaults, with
+// ContextTimeoutEnabled on, so a context deadline bounds each command even
+// while the server is paused). Adjust them and pass them to redis.NewClient
+// for a client with other settings (the caller closes it). Tests that prove
+// behaviour with go-redis's plain defaults build their clients directly.
 func (s *Server) ClientOptions() *redis.Options {
-	return &redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true}
+	o, err := redis.ParseURL(s.URL())
+	if err != nil {
+		panic("redistest: " + err.Error()) // the URL is ours
+	}
+	o.ContextTimeoutEnabled = true // as redisstreams.NewURL sets it
+	return o
 }
 
 // Client returns a new go-redis client connected to the server, built from

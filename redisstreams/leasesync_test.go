@@ -80,11 +80,16 @@ func TestLeaseSyncNeverWinsUnreplicated(t *testing.T) {
 }
 
 // TestLeaseSyncFailover acquires and releases one key over and over on a
-// Sentinel deployment, with LeaseSyncReplicas 1 and a failover client of
-// go-redis's default options, while the master is killed and the replica
-// promoted (two replicas, so that one is left to acknowledge after it):
-// every token a caller was told it won is greater than every
-// earlier one — none is handed out twice across the failover.
+// Sentinel deployment of a master and two replicas, with LeaseSyncReplicas
+// 2 (every replica) and a failover client of go-redis's default options,
+// while the master is killed and a replica promoted; the killed node is
+// then restarted and rejoins as a replica, so that two replicas can
+// acknowledge again. Every token a caller was told it won is greater than
+// every earlier one — none is handed out twice across the failover. Each
+// attempt uses a new owner, so every win is a new tenure (a re-acquire by
+// the same owner keeps its token by contract). Without the option, the same
+// scenario handed tokens out again in 2 of 3 runs: once an old master
+// restarted empty answered as master for a moment.
 func TestLeaseSyncFailover(t *testing.T) {
 	st := redistest.StartSentinel(t, 2)
 	b := syncBackend(t, st, 2)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -108,6 +109,24 @@ func (tm *telemetry) span(t testing.TB, name string) tracetest.SpanStub {
 		t.Fatalf("no span %q among %q", name, names)
 	}
 	return ss[i]
+}
+
+// waitSpan waits up to 10s for a span named name to end (a consumer span
+// ends after its handler returned) and returns it.
+func (tm *telemetry) waitSpan(t testing.TB, name string) tracetest.SpanStub {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, s := range tm.spans.GetSpans() {
+			if s.Name == name {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			return tm.span(t, name) // fails with the names
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func attrOf(s tracetest.SpanStub, key string) attribute.Value {

@@ -75,7 +75,7 @@ func TestPublishDeliveryOneTrace(t *testing.T) {
 	if handlerSpan.TraceID() != traceID {
 		t.Errorf("the handler's trace %s, want the publisher's %s", handlerSpan.TraceID(), traceID)
 	}
-	p, c := tm.span(t, "publish orders"), tm.span(t, "process orders")
+	p, c := tm.span(t, "publish orders"), tm.waitSpan(t, "process orders")
 	if p.SpanKind != trace.SpanKindProducer || c.SpanKind != trace.SpanKindConsumer {
 		t.Errorf("span kinds %v, %v; want producer, consumer", p.SpanKind, c.SpanKind)
 	}

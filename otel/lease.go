@@ -34,7 +34,13 @@ const (
 // lease.BatchRenewer and signals.CrossProcessReporter. Other methods of the
 // backend are reached through the result's Unwrap() pubsub.PubSub method.
 // Wrap does not take over the backend: closing the result closes it.
+//
+// A nil backend gives a PubSub whose every call returns an error wrapping
+// ErrInvalid.
 func (in *Instrumentation) Wrap(backend pubsub.PubSub) pubsub.PubSub {
+	if backend == nil {
+		return invalidBus{}
+	}
 	b := &bus{in: in, inner: backend}
 	xp, isXP := backend.(signals.CrossProcessReporter)
 	p, ok := lease.ProviderOf(backend)
@@ -68,8 +74,13 @@ func (in *Instrumentation) Wrap(backend pubsub.PubSub) pubsub.PubSub {
 }
 
 // WrapProvider returns p with a span and metrics per lease call. The result
-// implements lease.Inspector and lease.BatchRenewer exactly when p does.
+// implements lease.Inspector and lease.BatchRenewer exactly when p does. A
+// nil p gives a Provider whose every call returns an error wrapping
+// ErrInvalid.
 func (in *Instrumentation) WrapProvider(p lease.Provider) lease.Provider {
+	if p == nil {
+		return invalidProvider{}
+	}
 	l := &leases{in: in, inner: p}
 	insp, isI := p.(lease.Inspector)
 	br, isB := p.(lease.BatchRenewer)

@@ -2,6 +2,7 @@ package leasebusotel_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/leasebus/leasebus/inmem"
 	"github.com/leasebus/leasebus/lease"
+	leasebusotel "github.com/leasebus/leasebus/otel"
 	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -233,5 +235,27 @@ func TestLeaseMetrics(t *testing.T) {
 	}
 	if n := tm.sum(t, "leasebus.lease.renewals", attribute.String("leasebus.result", "refused")); n < 1 {
 		t.Errorf("renewals refused = %d, want at least 1", n)
+	}
+}
+
+// TestNilInputs: nil values give errors wrapping ErrInvalid (or nil, which
+// the callee rejects), never a panic.
+func TestNilInputs(t *testing.T) {
+	tm := newTelemetry(t)
+	ctx := context.Background()
+	w := tm.in.Wrap(nil)
+	if err := w.Publish(ctx, "t", pubsub.Event{Type: "x"}); !errors.Is(err, leasebusotel.ErrInvalid) {
+		t.Errorf("Publish on Wrap(nil): %v, want ErrInvalid", err)
+	}
+	if _, err := tm.in.WrapProvider(nil).AcquireLease(ctx, "k", "o", time.Second); !errors.Is(err, leasebusotel.ErrInvalid) {
+		t.Errorf("AcquireLease on WrapProvider(nil): %v, want ErrInvalid", err)
+	}
+	if _, err := tm.in.Send(ctx, nil, "t", signals.Signal{Type: "x"}); !errors.Is(err, leasebusotel.ErrInvalid) {
+		t.Errorf("Send with a nil runtime: %v, want ErrInvalid", err)
+	}
+	b := inmem.New()
+	defer b.Close()
+	if _, err := signals.New(b, tm.in.Agent(nil)); !errors.Is(err, signals.ErrInvalid) {
+		t.Errorf("signals.New with Agent(nil): %v, want signals.ErrInvalid", err)
 	}
 }

@@ -36,7 +36,12 @@ const (
 // process owns the thread, joins the caller's trace (see Agent). It records
 // leasebus.signals.send.duration by action (or error.type) and returns what
 // rt.Send returned.
+//
+// A nil rt returns an error wrapping ErrInvalid.
 func (in *Instrumentation) Send(ctx context.Context, rt *signals.Runtime, thread string, sig signals.Signal) (signals.Accepted, error) {
+	if rt == nil {
+		return signals.Accepted{}, errNil("runtime")
+	}
 	ctx, span := in.tracer.Start(ctx, "signals send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrThread.String(thread), attrSignalType.String(sig.Type)))
 	md := make(map[string]string, len(sig.Metadata)+2)
@@ -65,7 +70,12 @@ func (in *Instrumentation) Send(ctx context.Context, rt *signals.Runtime, thread
 // when the runtime also has Observer. The agent's ctx carries the span.
 // leasebus.signals.run.duration is recorded by outcome: ok, error,
 // cancelled (the run's context ended first).
+//
+// A nil agent gives nil, which signals.New rejects with its own ErrInvalid.
 func (in *Instrumentation) Agent(agent signals.Agent) signals.Agent {
+	if agent == nil {
+		return nil
+	}
 	return func(ctx context.Context, run *signals.Run) error {
 		parent := ctx
 		var links []trace.Link

@@ -206,13 +206,20 @@ func TestDemoWatchHintCopyable(t *testing.T) {
 }
 
 // TestDemoInterrupted sends a real SIGINT to a running demo (a child
-// process): it says "interrupted", exits 130, prints no verdict, and stops
-// its worker processes.
+// process), to it alone and, as Ctrl-C in a terminal does, to its whole
+// process group (its workers too): it says "interrupted", exits 130,
+// prints no verdict, and its worker processes are gone.
 func TestDemoInterrupted(t *testing.T) {
+	t.Run("Process", func(t *testing.T) { demoInterrupted(t, false) })
+	t.Run("ProcessGroup", func(t *testing.T) { demoInterrupted(t, true) })
+}
+
+func demoInterrupted(t *testing.T, group bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "demo", "--workers", "2", "--threads", "2", "--signals", "40", "--duration", "50s")
 	cmd.Env = append(os.Environ(), redisEnv+"=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +248,11 @@ func TestDemoInterrupted(t *testing.T) {
 		t.Fatalf("no worker pids seen:\n%s\nstderr:\n%s", out.String(), errb.String())
 	}
 	time.Sleep(300 * time.Millisecond) // into the sends and runs
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	pid := cmd.Process.Pid
+	if group {
+		pid = -pid // the demo leads its own process group
+	}
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	for sc.Scan() {

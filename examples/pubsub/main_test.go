@@ -6,8 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/leasebus/leasebus/internal/redistest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // want is the output after the line naming the backend.
 const want = `audit (fan-out):                        [order.created#1(attempt 1) order.created#2(attempt 1) order.created#3(attempt 1)]

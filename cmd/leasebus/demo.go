@@ -118,12 +118,40 @@ Redis-protocol server (miniredis) on a loopback port.`)
 	if !strings.HasPrefix(where, "embedded") {
 		defer d.cleanup()
 	}
-	fmt.Fprintf(e.stdout, "leasebus demo: %d workers, %d threads, %d signals per thread, lease TTL %v, seed %d\n",
-		c.workers, c.threads, c.signals, c.ttl, c.seed)
+	fmt.Fprintf(e.stdout, "leasebus demo: %s, %s, %s per thread, lease TTL %v, seed %d\n",
+		plural(c.workers, "worker"), plural(c.threads, "thread"), plural(c.signals, "signal"), c.ttl, c.seed)
 	fmt.Fprintf(e.stdout, "on the %s, keys under %s\n", where, keyspace)
-	fmt.Fprintf(e.stdout, "(to watch the thread leases meanwhile: leasebus leases --watch --redis %s --keyspace %s --prefix %s)\n\n",
-		redact(url), keyspace, signals.InboxTopic(""))
-	return d.run(ctx)
+	fmt.Fprintf(e.stdout, "(%s)\n", watchHint(*redisFlag, url != "" && !strings.HasPrefix(where, "embedded"), keyspace))
+	if c.kill && c.workers < 2 {
+		fmt.Fprintln(e.stdout, "(--workers 1: no other worker could take a thread over, so the demo skips the kill)")
+	}
+	fmt.Fprintln(e.stdout)
+	err = d.run(ctx)
+	if ctx.Err() != nil {
+		// Only an interrupt (SIGINT, SIGTERM) cancels the command's ctx: an
+		// interrupted demo broke no guarantee, it did not finish.
+		return &exitError{code: exitInterrupted, err: errors.New("interrupted; the workers were stopped")}
+	}
+	return err
+}
+
+// watchHint returns the demo's hint on watching the thread leases from
+// another terminal. The command in it is meant to be copied, so it carries
+// no masked password: with --redis it repeats the URL as the user typed it;
+// from LEASEBUS_REDIS_URL it leaves --redis out (leases reads the same
+// variable). The embedded server lives only as long as the demo (a few
+// seconds), so for it the hint says how to run the demo on a server that
+// outlives it instead of naming an address that will be gone.
+func watchHint(flagURL string, external bool, keyspace string) string {
+	watch := "leasebus leases --watch"
+	switch {
+	case !external:
+		return "the embedded server stops with the demo; to watch the thread leases from another terminal, " +
+			"run the demo on your own Redis: leasebus demo --redis redis://localhost:6379"
+	case flagURL != "":
+		watch += " --redis " + flagURL
+	}
+	return fmt.Sprintf("to watch the thread leases meanwhile: %s --keyspace %s --prefix %s", watch, keyspace, signals.InboxTopic(""))
 }
 
 // demo is one run of the demo command.
@@ -228,7 +256,10 @@ func (d *demo) run(ctx context.Context) error {
 			for _, w := range d.workers {
 				fmt.Fprintln(w.stdin, "go")
 			}
-			d.say(fmt.Sprintf("%d workers up (pids %s); sending signals", c.workers, d.pids()))
+			d.say(fmt.Sprintf("%s up (pids %s); sending signals", plural(c.workers, "worker"), d.pids()))
+		}
+		if interrupted(ctx) {
+			break
 		}
 		for _, w := range d.workers {
 			select {
@@ -244,10 +275,16 @@ func (d *demo) run(ctx context.Context) error {
 			d.say(v)
 		}
 		if st.finished(c) {
-			d.say(fmt.Sprintf("all %d accepted signals ran; stopping the workers", len(st.accepted)))
+			d.say(fmt.Sprintf("all %s ran; stopping the workers", plural(len(st.accepted), "accepted signal")))
 			break
 		}
 		d.progress(st)
+	}
+	if interrupted(ctx) {
+		d.clearProgress()
+		d.say("interrupted; stopping the workers")
+		d.stopAll()
+		return nil // runDemo reports the interrupt
 	}
 	why := "done"
 	if ctx.Err() != nil {
@@ -297,6 +334,12 @@ func (d *demo) run(ctx context.Context) error {
 		return &exitError{code: exitFailed, err: errors.New("a guarantee broke"), silent: true}
 	}
 	return nil
+}
+
+// interrupted reports whether the demo's run ctx ended because the
+// command's ctx did (an interrupt), not because --duration passed.
+func interrupted(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
 }
 
 // spawn starts one worker process.
@@ -581,7 +624,7 @@ func (st *liveState) workerBar(d *demo) string {
 		if w.killed {
 			b.WriteString("x")
 		} else {
-			b.WriteString(strings.TrimPrefix(w.name, "w"))
+			b.WriteByte(workerMark(w.name))
 		}
 	}
 	return b.String()

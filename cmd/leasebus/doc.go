@@ -27,7 +27,10 @@
 // embedded Redis-protocol server (miniredis) on a loopback port, so it needs
 // nothing installed; the other commands need a server to look at.
 //
+// leasebus --version prints the version the binary was built from.
+//
 // Exit status: 0 on success, 1 when the demo found a broken guarantee or a
 // command failed while running, 2 for invalid flags or arguments and for a
-// Redis server that cannot be reached (errors are one line on stderr).
+// Redis server that cannot be reached (errors are one line on stderr), 130
+// when the demo was interrupted (Ctrl-C) before it finished.
 package main

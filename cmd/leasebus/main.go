@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -18,6 +21,9 @@ const (
 	exitOK     = 0 // success
 	exitFailed = 1 // a command failed while running, or the demo found a broken guarantee
 	exitUsage  = 2 // invalid flags or arguments, or a Redis server that cannot be reached
+	// exitInterrupted is the shell's code for a process ended by SIGINT
+	// (128+2): the demo exits with it when Ctrl-C stops it early.
+	exitInterrupted = 130
 )
 
 // redisEnv names the environment variable --redis defaults to.
@@ -73,6 +79,9 @@ func run(ctx context.Context, e *env, args []string) int {
 			return run(ctx, e, []string{args[1], "--help"})
 		}
 		printMainUsage(e.stdout)
+		return exitOK
+	case "-version", "--version":
+		fmt.Fprintln(e.stdout, versionLine())
 		return exitOK
 	}
 	for _, c := range commands {
@@ -139,12 +148,14 @@ Commands:
 		}
 	}
 	fmt.Fprintf(w, `
-Every command takes --redis URL (default $%s) and --help.
+Every command takes --redis URL (default $%s) and --help;
+leasebus --version prints the version.
 Without a Redis URL, demo runs on an embedded Redis-protocol server.
 Run "leasebus <command> --help" for a command's flags.
 
 Exit status: 0 success, 1 failure (or a broken guarantee in the demo),
-2 invalid flags or arguments, or an unreachable Redis server.
+2 invalid flags or arguments, or an unreachable Redis server,
+130 the demo was interrupted (Ctrl-C).
 `, redisEnv)
 }
 
@@ -206,7 +217,7 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 				fs.printUsage(fs.e.stdout)
 				return nil, errHelpShown
 			}
-			return nil, usageErrorf("%v (see leasebus %s --help)", err, fs.Name())
+			return nil, usageErrorf("%s (see leasebus %s --help)", doubleDash(err.Error()), fs.Name())
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -219,6 +230,17 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// flagErrorNames matches a flag name as the flag package writes it in its
+// errors ("flag provided but not defined: -bogus", "invalid value "x" for
+// flag -workers: ...", "flag needs an argument: -redis").
+var flagErrorNames = regexp.MustCompile(`(defined: |for flag |for |argument: )-([^-\s:])`)
+
+// doubleDash rewrites the flag names in a flag package error to the
+// --name form the help uses.
+func doubleDash(msg string) string {
+	return flagErrorNames.ReplaceAllString(msg, "$1--$2")
 }
 
 func (fs *flagSet) printUsage(w io.Writer) {
@@ -256,4 +278,31 @@ func (fs *flagSet) redisURL(v *string) string {
 		return *v
 	}
 	return strings.TrimSpace(fs.e.getenv(redisEnv))
+}
+
+// versionLine returns what --version prints: the module version the binary
+// was built from ("(devel)" for a build inside a clone), the VCS revision
+// when the build recorded one, and the Go version.
+func versionLine() string {
+	version, rev := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+	}
+	return fmt.Sprintf("leasebus %s%s (%s %s/%s)", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// plural returns "1 worker", "2 workers": n and the noun, with an s unless
+// n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -69,7 +69,7 @@ func TestUsageErrorsAreOneLineExit2(t *testing.T) {
 	}{
 		{"no command", nil, "Usage"},
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
-		{"unknown flag", []string{"leases", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"unknown flag", []string{"leases", "--bogus"}, "flag provided but not defined: --bogus"},
 		{"bad duration", []string{"demo", "--duration", "soon"}, "invalid value"},
 		{"zero workers", []string{"demo", "--workers", "0"}, "--workers 0"},
 		{"bad fault", []string{"demo", "--break", "everything"}, "--break"},

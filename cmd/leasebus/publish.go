@@ -67,6 +67,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("want one TOPIC argument, got %d (see leasebus publish --help)", len(pos))
 	}
 	topic := pos[0]
+	if topic == "" {
+		return usageErrorf("TOPIC is empty (see leasebus publish --help)")
+	}
 	if *typ == "" {
 		return usageErrorf("--type is required")
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -34,6 +35,9 @@ func connect(ctx context.Context, rawURL string, o redisstreams.Options, logw io
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	if err := checkRedisURL(rawURL); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	b, err := redisstreams.NewURL(ctx, rawURL, o)
@@ -52,9 +56,35 @@ func connect(ctx context.Context, rawURL string, o redisstreams.Options, logw io
 	}
 }
 
+// redisSchemes are the URL schemes --redis takes (those redis.ParseURL
+// parses).
+var redisSchemes = []string{"redis", "rediss", "unix"}
+
+// checkRedisURL returns a usage error that says what a Redis URL looks like
+// when raw is not one, instead of go-redis's terse "invalid URL scheme".
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err == nil && slices.Contains(redisSchemes, u.Scheme) {
+		return nil
+	}
+	return usageErrorf("bad --redis URL %q: want redis://[:password@]host:port[/db], rediss://... (TLS) or unix:///path/to/socket", redact(raw))
+}
+
+// checkKeyspace rejects an empty --keyspace: Options.Prefix "" would quietly
+// mean the default prefix, not "no prefix".
+func checkKeyspace(keyspace string) error {
+	if keyspace == "" {
+		return usageErrorf("--keyspace is empty; want the key prefix of the deployment (default %q)", redisstreams.DefaultPrefix)
+	}
+	return nil
+}
+
 // backend connects the operator commands (leases, tail, publish) to the
 // Redis that --redis (or the environment) names, with keys under keyspace.
 func (fs *flagSet) backend(ctx context.Context, redisFlag *string, keyspace string, logw io.Writer) (*redisstreams.Backend, error) {
+	if err := checkKeyspace(keyspace); err != nil {
+		return nil, err
+	}
 	url := fs.redisURL(redisFlag)
 	if url == "" {
 		return nil, needRedis()

@@ -35,6 +35,9 @@ acks what it prints.`)
 		return usageErrorf("want one TOPIC argument, got %d (see leasebus tail --help)", len(pos))
 	}
 	topic := pos[0]
+	if topic == "" {
+		return usageErrorf("TOPIC is empty (see leasebus tail --help)")
+	}
 	var start pubsub.Position
 	switch strings.ToLower(*from) {
 	case "latest":

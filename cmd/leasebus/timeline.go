@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// workerMark returns the timeline character of a worker: its number.
+// workerMark returns the timeline character of a worker: its number for
+// w1-w9, then a letter from a (w10) to q (w26, the most --workers allows).
 func workerMark(worker string) byte {
 	n := strings.TrimPrefix(worker, "w")
 	if len(n) == 1 {
@@ -17,6 +18,30 @@ func workerMark(worker string) byte {
 	fmt.Sscan(n, &i)
 	return byte('a' + (i-10)%26)
 }
+
+// workerLegend explains the worker marks of a timeline whose highest worker
+// is w<n>: "1-3 worker w1-w3", "1-9 worker w1-w9, a-c worker w10-w12".
+func workerLegend(n int) string {
+	switch {
+	case n <= 1:
+		return "1 worker w1"
+	case n <= 9:
+		return fmt.Sprintf("1-%d worker w1-w%d", n, n)
+	case n == 10:
+		return "1-9 worker w1-w9, a worker w10"
+	}
+	return fmt.Sprintf("1-9 worker w1-w9, a-%c worker w10-w%d", workerMark(fmt.Sprintf("w%d", n)), n)
+}
+
+// Marks of the timeline besides the workers'.
+const (
+	markIdle    = '.' // no run, lease not held by a run's tenure
+	markLinger  = '-' // a tenure holds the lease between runs (linger before a hand-off or release)
+	markKill    = 'X' // the owner was SIGKILLed
+	markExpiry  = 'x' // the killed owner's lease running out until the takeover
+	markOverlap = '!' // two runs at once
+	markRogue   = 'R' // a run without the lease (fault injection)
+)
 
 // drawTimeline draws one row per thread: which worker ran it when, the kill
 // and the takeover, then the runs of each thread in order.
@@ -29,7 +54,26 @@ func drawTimeline(w io.Writer, a *analysis, width int) {
 		c := int(float64(t.Sub(a.Begin)) / float64(span) * float64(width-1))
 		return max(0, min(width-1, c))
 	}
-	fmt.Fprintf(w, "Timeline (%s, one column = %s; digits = the worker running the thread):\n", roundDur(span), roundDur(span/time.Duration(width)))
+	// The legend covers every worker of the demo (each reported ready) and
+	// every worker drawn.
+	maxWorker := 1
+	names := a.Workers
+	for _, runs := range a.Runs {
+		for _, run := range runs {
+			names = append(names, run.Worker)
+		}
+	}
+	for _, name := range names {
+		var i int
+		if _, err := fmt.Sscanf(name, "w%d", &i); err == nil {
+			maxWorker = max(maxWorker, i)
+		}
+	}
+	marks := "digits"
+	if maxWorker > 9 {
+		marks = "digits and letters"
+	}
+	fmt.Fprintf(w, "Timeline (%s, one column = %s; %s = the worker running the thread):\n", roundDur(span), roundDur(span/time.Duration(width)), marks)
 	label := 0
 	for _, th := range a.Threads {
 		label = max(label, len(th))
@@ -49,15 +93,38 @@ func drawTimeline(w io.Writer, a *analysis, width int) {
 	}
 	fmt.Fprintf(w, "  %-*s  %s\n", label, "", strings.TrimRight(string(axis), " "))
 	for _, th := range a.Threads {
-		row := []byte(strings.Repeat(".", width))
+		row := []byte(strings.Repeat(string(markIdle), width))
+		// A tenure holds the lease after its run ended until it handed the
+		// lease to the next run or released it (the linger): drawn apart
+		// from "no run", so a gap-free hand-off does not look like a gap.
+		linger := func(from, to time.Time) {
+			for c := col(from) + 1; c < col(to); c++ {
+				row[c] = markLinger
+			}
+		}
+		for _, h := range a.Handoffs {
+			if h.Thread != th || h.NextRun == nil {
+				continue
+			}
+			for _, run := range a.Runs[th] {
+				if run.ID == h.PrevRun && run.Outcome != runKilled {
+					linger(run.End, h.NextRun.Start)
+				}
+			}
+		}
+		for _, run := range a.Runs[th] {
+			if at, ok := a.Released[run.ID]; ok && run.Outcome != runKilled {
+				linger(run.End, at)
+			}
+		}
 		for _, run := range a.Runs[th] {
 			m := workerMark(run.Worker)
 			if run.Rogue {
-				m = 'R'
+				m = markRogue
 			}
 			for c := col(run.Start); c <= col(run.End); c++ {
-				if row[c] != '.' && row[c] != m {
-					row[c] = '!'
+				if row[c] != markIdle && row[c] != markLinger && row[c] != m {
+					row[c] = markOverlap
 				} else {
 					row[c] = m
 				}
@@ -72,15 +139,17 @@ func drawTimeline(w io.Writer, a *analysis, width int) {
 				end = t.NewRun.Start
 			}
 			for c := col(t.Kill.At) + 1; c < col(end); c++ {
-				if row[c] == '.' {
-					row[c] = 'x'
+				if row[c] == markIdle || row[c] == markLinger {
+					row[c] = markExpiry
 				}
 			}
-			row[col(t.Kill.At)] = 'X'
+			row[col(t.Kill.At)] = markKill
 		}
 		fmt.Fprintf(w, "  %-*s |%s|\n", label, th, row)
 	}
-	fmt.Fprintln(w, "  legend: 1-9 worker w1-w9 running the thread · . no run · X the owner was SIGKILLed · x its lease running out until the takeover · ! two runs at once · R run without the lease")
+	fmt.Fprintf(w, "  legend: %s running the thread · %c lease held between runs (linger before a hand-off or release) · %c no run\n"+
+		"          %c the owner was SIGKILLed · %c its lease running out until the takeover · %c two runs at once · %c run without the lease\n",
+		workerLegend(maxWorker), markLinger, markIdle, markKill, markExpiry, markOverlap, markRogue)
 	for _, th := range a.Threads {
 		fmt.Fprintf(w, "\n  %s\n", th)
 		for _, run := range a.Runs[th] {

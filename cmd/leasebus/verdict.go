@@ -90,6 +90,8 @@ type analysis struct {
 	Handoffs      []*handoff            // in stream order
 	Kills         []kill                // in stream order
 	Takeovers     []*takeover           // per kill and thread the killed worker was running
+	Released      map[string]time.Time  // run id -> when its tenure released the lease (observer "released")
+	Workers       []string              // the workers that reported ready, in stream order
 	LeaseTTL      time.Duration         // the demo's lease TTL
 	Recovery      time.Duration         // the runtimes' recovery interval
 }
@@ -98,7 +100,7 @@ type analysis struct {
 func analyze(recs []record, threads []string, ttl, recovery time.Duration) *analysis {
 	a := &analysis{
 		Records: len(recs), Threads: threads, Runs: map[string][]*demoRun{}, Sent: map[string]sentSignal{},
-		LeaseTTL: ttl, Recovery: recovery,
+		Released: map[string]time.Time{}, LeaseTTL: ttl, Recovery: recovery,
 	}
 	if len(recs) > 0 {
 		a.Begin, a.Finish = recs[0].At, recs[len(recs)-1].At
@@ -117,6 +119,8 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 	for _, r := range recs {
 		lastSeq = r.Seq
 		switch r.Kind {
+		case recReady:
+			a.Workers = append(a.Workers, r.Worker)
 		case recSent:
 			a.Sent[r.Get("sig")] = sentSignal{Thread: r.Get("th"), Worker: r.Worker, Action: r.Get("act"), Seq: r.Seq}
 		case recSendFail:
@@ -168,6 +172,8 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 				tenure[r.Get("run")] = viaAcquire
 			case "recovered":
 				tenure[r.Get("run")] = viaTakeover
+			case "released":
+				a.Released[r.Get("run")] = r.At
 			case "handed-off":
 				tenure[r.Get("run")] = viaHandoff
 				a.Handoffs = append(a.Handoffs, &handoff{
@@ -329,9 +335,9 @@ func (a *analysis) checkOneOwner() check {
 		}
 	}
 	c.OK = len(c.Failures) == 0
-	c.Summary = fmt.Sprintf("%d runs on %d threads; fencing tokens strictly increasing per thread; no two runs of a thread overlapped", n, len(a.Threads))
+	c.Summary = fmt.Sprintf("%s on %s; fencing tokens strictly increasing per thread; no two runs of a thread overlapped", plural(n, "run"), plural(len(a.Threads), "thread"))
 	if !c.OK {
-		c.Summary = fmt.Sprintf("%d runs on %d threads; %d violation(s)", n, len(a.Threads), len(c.Failures))
+		c.Summary = fmt.Sprintf("%s on %s; %s", plural(n, "run"), plural(len(a.Threads), "thread"), plural(len(c.Failures), "violation"))
 	}
 	return c
 }
@@ -395,7 +401,7 @@ func (a *analysis) checkEverySignal() check {
 		c.Failures = append(c.Failures, "no signal was accepted")
 	}
 	c.OK = len(c.Failures) == 0
-	c.Summary = fmt.Sprintf("%d/%d accepted signals ran", ran, len(a.Sent))
+	c.Summary = fmt.Sprintf("%d/%s ran", ran, plural(len(a.Sent), "accepted signal"))
 	if again > 0 {
 		c.Summary += fmt.Sprintf("; %d given again after the kill, marked redelivered, with a higher token", again)
 	}
@@ -420,7 +426,7 @@ func (a *analysis) checkHandoffs() check {
 		}
 	}
 	c.OK = len(c.Failures) == 0
-	c.Summary = fmt.Sprintf("%d hand-offs, each by TransferLease straight to the next run with a higher token, no other tenure in between", len(a.Handoffs))
+	c.Summary = fmt.Sprintf("%s, each by TransferLease straight to the next run with a higher token, no other tenure in between", plural(len(a.Handoffs), "hand-off"))
 	if len(a.Handoffs) == 0 {
 		c.Summary = "no run ended with queued signals, so there was nothing to hand off"
 	}
@@ -452,7 +458,7 @@ func (a *analysis) checkTakeover() check {
 	case len(a.Takeovers) == 0:
 		c.Summary = "the killed worker held no run"
 	case !c.OK:
-		c.Summary = fmt.Sprintf("%d thread(s) not taken over", len(c.Failures))
+		c.Summary = fmt.Sprintf("%s not taken over", plural(len(c.Failures), "thread"))
 		if len(parts) > 0 {
 			c.Summary += "; " + strings.Join(parts, "; ")
 		}

@@ -80,9 +80,9 @@ func TestVerdictPasses(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"every signal ran":        "3/3 accepted signals ran; 1 given again after the kill",
-		"gap-free hand-offs":      "1 hand-offs",
+		"gap-free hand-offs":      "1 hand-off,",
 		"takeover after the kill": "thread-1 taken over by w2 2.2s after w1 was killed",
-		"one owner at a time":     "3 runs on 1 threads",
+		"one owner at a time":     "3 runs on 1 thread;",
 	} {
 		if !strings.Contains(v[name].Summary, want) {
 			t.Errorf("%s: summary %q, want %q", name, v[name].Summary, want)

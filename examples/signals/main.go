@@ -86,7 +86,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	} else {
 		err = parent(ctx, args, stdout, stderr)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0 // --help printed the usage
+	case err != nil:
 		fmt.Fprintln(stderr, "signals example:", err)
 		return 1
 	}

@@ -87,3 +87,15 @@ func TestBadFlagExits1(t *testing.T) {
 		t.Errorf("stderr %q, want it to name the flag", errb.String())
 	}
 }
+
+func TestHelpExits0(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{arg}, nil, &out, &errb); code != 0 {
+			t.Errorf("%s: exit code %d, want 0 (stderr %q)", arg, code, errb.String())
+		}
+		if !strings.Contains(errb.String(), "-redis URL") {
+			t.Errorf("%s: stderr %q, want the usage", arg, errb.String())
+		}
+	}
+}

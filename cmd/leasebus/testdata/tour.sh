@@ -58,6 +58,7 @@ show() {
 }
 
 show 'leasebus --help' 0
+show 'leasebus --version' 0
 show 'leasebus demo --workers 3 --threads 2 --signals 4 --seed 7' 0
 show "leasebus publish orders --type order.created --data '{\"id\": 1, \"total\": 9.5}' --metadata src=cli --redis $url" 0
 show "leasebus publish orders --type order.paid --data '{\"id\": 1}' --redis $url" 0

@@ -1,0 +1,146 @@
+package leasebusotel
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Attribute keys of spans and metrics.
+const (
+	attrSystem      = attribute.Key("messaging.system")
+	attrDestination = attribute.Key("messaging.destination.name")
+	attrMessageID   = attribute.Key("messaging.message.id")
+	attrOperation   = attribute.Key("messaging.operation.type")
+	attrConsumer    = attribute.Key("messaging.consumer.group.name")
+	attrTopic       = attribute.Key("leasebus.topic")
+	attrKind        = attribute.Key("leasebus.subscription")
+	attrAttempt     = attribute.Key("leasebus.delivery.attempt")
+	attrEventType   = attribute.Key("leasebus.event.type")
+	attrErrorType   = attribute.Key("error.type")
+)
+
+// bus is a pubsub.PubSub with traces and metrics around the one it wraps.
+type bus struct {
+	in    *Instrumentation
+	inner pubsub.PubSub
+}
+
+// Unwrap returns the wrapped PubSub, for its methods the wrapper does not
+// forward (such as redisstreams.Backend.Client).
+func (b *bus) Unwrap() pubsub.PubSub { return b.inner }
+
+// Publish starts a producer span "publish <topic>", writes its trace context
+// into a copy of e.Metadata (the caller's map is not changed) and publishes
+// through the wrapped PubSub. It counts leasebus.events.published and
+// records leasebus.events.publish.duration.
+func (b *bus) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	in := b.in
+	if pe, err := pubsub.PrepareEvent(e); err == nil {
+		e = pe // the ID is known for the span (the backend keeps it)
+	}
+	mt := in.topicName(topic)
+	ctx, span := in.tracer.Start(ctx, "publish "+mt, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrSystem.String("leasebus"), attrDestination.String(topic), attrOperation.String("send"), attrEventType.String(e.Type)))
+	defer span.End()
+	md := make(map[string]string, len(e.Metadata)+2)
+	maps.Copy(md, e.Metadata)
+	in.prop.Inject(ctx, propagation.MapCarrier(md))
+	e.Metadata = md
+	start := time.Now()
+	err := b.inner.Publish(ctx, topic, e)
+	attrs := []attribute.KeyValue{attrTopic.String(mt)}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		in.m.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(append(attrs, attrErrorType.String(errorType(err)))...))
+		return err
+	}
+	span.SetAttributes(attrMessageID.String(e.ID))
+	in.m.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrs...))
+	in.m.published.Add(ctx, 1, metric.WithAttributes(attrs...))
+	return nil
+}
+
+// Subscribe subscribes h wrapped by Instrumentation.Handler.
+func (b *bus) Subscribe(ctx context.Context, topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) (pubsub.Subscription, error) {
+	if h == nil {
+		return b.inner.Subscribe(ctx, topic, h, opts...) // the backend words the error
+	}
+	return b.inner.Subscribe(ctx, topic, b.in.Handler(topic, h, opts...), opts...)
+}
+
+// Flush calls the wrapped PubSub's Flush.
+func (b *bus) Flush(ctx context.Context) error { return b.inner.Flush(ctx) }
+
+// Close closes the wrapped PubSub.
+func (b *bus) Close() error { return b.inner.Close() }
+
+// Handler returns h with a consumer span and the delivery metrics, for a
+// subscription to topic made with opts (Wrap's Subscribe uses it; call it
+// yourself for a backend you do not wrap). The span "process <topic>" has
+// the trace context found in Event.Metadata as its parent, so it belongs to
+// the trace of the Publish; the handler's ctx carries the span. A handler
+// that returns an error or panics counts as nacked (a panic is passed on
+// to the backend, which recovers it); one whose failure is its
+// MaxDeliveries-th attempt counts as dead-lettered too.
+func (in *Instrumentation) Handler(topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) pubsub.Handler {
+	cfg, _ := pubsub.ApplyOptions(opts...) // a bad option fails Subscribe itself
+	mt := in.topicName(topic)
+	attrs := []attribute.KeyValue{attrTopic.String(mt), attrKind.String("fan-out")}
+	spanAttrs := []attribute.KeyValue{attrSystem.String("leasebus"), attrDestination.String(topic), attrOperation.String("process")}
+	if cfg.Group != "" {
+		attrs[1] = attrKind.String("group")
+		attrs = append(attrs, attrConsumer.String(cfg.Group))
+		spanAttrs = append(spanAttrs, attrConsumer.String(cfg.Group))
+	}
+	set := metric.WithAttributes(attrs...)
+	return func(ctx context.Context, e pubsub.Event) (err error) {
+		if len(e.Metadata) > 0 {
+			ctx = in.prop.Extract(ctx, propagation.MapCarrier(e.Metadata))
+		}
+		ctx, span := in.tracer.Start(ctx, "process "+mt, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(spanAttrs...),
+			trace.WithAttributes(attrMessageID.String(e.ID), attrEventType.String(e.Type), attrAttempt.Int(e.DeliveryAttempt)))
+		in.m.delivered.Add(ctx, 1, set)
+		if e.DeliveryAttempt > 1 {
+			in.m.redelivered.Add(ctx, 1, set)
+		}
+		failed := func(err error) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			in.m.nacked.Add(ctx, 1, set)
+			if cfg.MaxDeliveries > 0 && e.DeliveryAttempt >= cfg.MaxDeliveries {
+				in.m.deadLettered.Add(ctx, 1, set)
+				span.AddEvent("dead-lettered")
+			}
+			span.End()
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				failed(fmt.Errorf("panic: %v", r))
+				panic(r)
+			}
+		}()
+		err = h(ctx, e)
+		if err != nil {
+			failed(err)
+			return err
+		}
+		in.m.acked.Add(ctx, 1, set)
+		span.End()
+		return nil
+	}
+}
+
+// errorType returns the error.type attribute of err: its Go type.
+func errorType(err error) string { return fmt.Sprintf("%T", err) }

@@ -19,6 +19,9 @@ type leaseTable struct {
 	mu    sync.Mutex
 	live  map[string]leaseEntry
 	fence map[string]uint64
+
+	marks      map[string]*leaseMark // revoke.go: status of the latest tenures
+	marksSwept time.Time
 }
 
 type leaseEntry struct {
@@ -50,17 +53,19 @@ func (t *leaseTable) newTenureLocked(key, owner string, ttl time.Duration, now t
 	t.fence[key]++
 	e := leaseEntry{owner: owner, token: t.fence[key], expires: now.Add(ttl)}
 	t.live[key] = e
+	t.markTenureLocked(key, e, now)
 	return e
 }
 
 // renewLocked extends owner's live lease on key; it never creates one.
 func (t *leaseTable) renewLocked(key, owner string, ttl time.Duration, now time.Time) bool {
 	e, ok := t.getLocked(key, now)
-	if !ok || e.owner != owner {
+	if !ok || e.owner != owner || t.revokedLocked(key, owner) != nil {
 		return false
 	}
 	e.expires = now.Add(ttl)
 	t.live[key] = e
+	t.markExtendLocked(key, e)
 	return true
 }
 
@@ -96,8 +101,12 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	case !ok:
 		e = t.newTenureLocked(key, owner, ttl, now)
 	case e.owner == owner:
+		if err := t.revokedLocked(key, owner); err != nil {
+			return lease.Result{}, err
+		}
 		e.expires = now.Add(ttl)
 		t.live[key] = e
+		t.markExtendLocked(key, e)
 	default:
 		return lease.Result{Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now)}, nil
 	}
@@ -127,8 +136,10 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.getLocked(key, b.clock.Now()); ok && e.owner == owner {
+	now := b.clock.Now()
+	if e, ok := t.getLocked(key, now); ok && e.owner == owner {
 		delete(t.live, key)
+		t.markReleaseLocked(key, now)
 	}
 	return nil
 }
@@ -143,6 +154,9 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.revokedLocked(key, owner); err != nil {
+		return false, err
+	}
 	return t.renewLocked(key, owner, ttl, b.clock.Now()), nil
 }
 
@@ -158,6 +172,9 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := b.clock.Now()
+	if err := t.revokedLocked(key, fromOwner); err != nil {
+		return false, err
+	}
 	if e, ok := t.getLocked(key, now); !ok || e.owner != fromOwner {
 		return false, nil
 	}

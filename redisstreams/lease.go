@@ -288,9 +288,12 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 		return lease.Result{}, lease.ErrClosed
 	}
 	reply, err := b.runLease(ctx, newCall(ctx, acquireScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl))).Result()
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl), statusWindowMillis)).Result()
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return lease.Result{}, &lease.RevokedError{Key: key, Owner: owner, Reason: reason}
 	}
 	r, err := parseAcquire(reply, owner, ttl)
 	if err != nil {
@@ -349,7 +352,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if b.isClosed() {
 		return lease.ErrClosed
 	}
-	if err := b.runLease(ctx, newCall(ctx, releaseScript, []string{b.keys.Lease(key)}, owner)).Err(); err != nil {
+	if err := b.runLease(ctx, newCall(ctx, releaseScript,
+		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, statusWindowMillis)).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
 	return nil
@@ -366,9 +370,17 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	n, err := b.runLease(ctx, newCall(ctx, renewScript, []string{b.keys.Lease(key)}, owner, ttlMillis(ttl))).Int64()
+	reply, err := b.runLease(ctx, newCall(ctx, renewScript,
+		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl), statusWindowMillis)).Result()
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return false, &lease.RevokedError{Key: key, Owner: owner, Reason: reason}
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, b.leaseErr("renew", key, fmt.Errorf("unexpected reply %v", reply))
 	}
 	return n == 1, nil
 }
@@ -386,10 +398,17 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	tok, err := b.runLease(ctx, newCall(ctx, transferScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl))).Int64()
+	reply, err := b.runLease(ctx, newCall(ctx, transferScript,
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)}, fromOwner, toOwner, ttlMillis(ttl), statusWindowMillis)).Result()
 	if err != nil {
 		return false, b.leaseErr("transfer", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return false, &lease.RevokedError{Key: key, Owner: fromOwner, Reason: reason}
+	}
+	tok, ok := reply.(int64)
+	if !ok {
+		return false, b.leaseErr("transfer", key, fmt.Errorf("unexpected reply %v", reply))
 	}
 	return tok > 0, nil
 }
@@ -421,13 +440,15 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 	inPipelines(len(groups), func(i int) int { return len(groups[i]) }, cold, func(lo, hi int) {
 		calls := make([]*leaseCall, hi-lo)
 		for i, g := range groups[lo:hi] {
-			keys := make([]string, len(g))
-			argv := make([]any, 2*len(g))
+			keys := make([]string, 2*len(g))
+			argv := make([]any, 2*len(g)+1)
 			for j, r := range g {
 				keys[j] = b.keys.Lease(reqs[r].Key)
+				keys[len(g)+j] = b.keys.LeaseState(reqs[r].Key)
 				argv[j] = reqs[r].Owner
 				argv[len(g)+j] = ttlMillis(reqs[r].TTL)
 			}
+			argv[2*len(g)] = statusWindowMillis
 			calls[i] = newCall(ctx, renewManyScript, keys, argv...)
 		}
 		b.sendCalls(ctx, calls)

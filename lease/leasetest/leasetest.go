@@ -77,6 +77,7 @@ func Run(t *testing.T, c Config) {
 		{"ClosedReturnsErrClosed", testClosed},
 		{"Inspector", testInspector},
 		{"BatchRenewer", testBatchRenewer},
+		{"Revoker", testRevoker}, // revoke.go
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := c.New(t)

@@ -561,8 +561,8 @@ type runControl struct {
 	cancel   context.CancelCauseFunc // of the run whose agent is running; nil when none
 	runID    string
 	token    uint64
-	starting bool                // a delivery was taken for a run that has not started (a hand-off)
-	pending  error               // cause to cancel that run with as it starts
+	starting bool                 // a delivery was taken for a run that has not started (a hand-off)
+	pending  error                // cause to cancel that run with as it starts
 	waiters  []func(cancelAnswer) // answers owed once it started
 	ended    bool
 	drop     string // id of a drop mark: deliveries before it are dropped

@@ -90,7 +90,7 @@ func testClusterLeaseKeySlots(t *testing.T, c *redis.ClusterClient) {
 		}
 		mine++
 		rest := k[len(prefix):]
-		if !strings.HasPrefix(rest, "lease:{") && !strings.HasPrefix(rest, "fence:{") && !strings.HasPrefix(rest, "lstate:{") || !strings.HasSuffix(rest, "}") {
+		if !strings.HasPrefix(rest, "lease:{") && !strings.HasPrefix(rest, "fence:{") && !strings.HasPrefix(rest, "lstate:{") && !strings.HasPrefix(rest, "revoked:{") || !strings.HasSuffix(rest, "}") {
 			t.Errorf("key %q is not a lease, fence or lease state key of the prefix", k)
 			continue
 		}

@@ -288,7 +288,8 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 		return lease.Result{}, lease.ErrClosed
 	}
 	reply, err := b.runLease(ctx, newCall(ctx, acquireScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl), statusWindowMillis)).Result()
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
+		owner, ttlMillis(ttl), statusWindowMillis)).Result()
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
 	}
@@ -371,7 +372,7 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 		return false, lease.ErrClosed
 	}
 	reply, err := b.runLease(ctx, newCall(ctx, renewScript,
-		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl), statusWindowMillis)).Result()
+		[]string{b.keys.Lease(key), b.keys.LeaseRevoked(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl))).Result()
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
 	}
@@ -399,7 +400,8 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 		return false, lease.ErrClosed
 	}
 	reply, err := b.runLease(ctx, newCall(ctx, transferScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)}, fromOwner, toOwner, ttlMillis(ttl), statusWindowMillis)).Result()
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
+		fromOwner, toOwner, ttlMillis(ttl), statusWindowMillis)).Result()
 	if err != nil {
 		return false, b.leaseErr("transfer", key, err)
 	}
@@ -441,14 +443,13 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 		calls := make([]*leaseCall, hi-lo)
 		for i, g := range groups[lo:hi] {
 			keys := make([]string, 2*len(g))
-			argv := make([]any, 2*len(g)+1)
+			argv := make([]any, 2*len(g))
 			for j, r := range g {
 				keys[j] = b.keys.Lease(reqs[r].Key)
-				keys[len(g)+j] = b.keys.LeaseState(reqs[r].Key)
+				keys[len(g)+j] = b.keys.LeaseRevoked(reqs[r].Key)
 				argv[j] = reqs[r].Owner
 				argv[len(g)+j] = ttlMillis(reqs[r].TTL)
 			}
-			argv[2*len(g)] = statusWindowMillis
 			calls[i] = newCall(ctx, renewManyScript, keys, argv...)
 		}
 		b.sendCalls(ctx, calls)

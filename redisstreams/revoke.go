@@ -11,15 +11,22 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
-// Revocation and lease status. Each lease key has a state record,
-// b.keys.LeaseState(k), a hash in the lease's slot that the lease scripts
-// keep: holder and token of the latest tenure (written by acquire of a free
-// key and by transfer), and once it was revoked or released, that status,
-// the reason and whether the revoke was forced. Renewals extend it with the
-// lease, so it outlives the lease by lease.StatusWindow; release and a
-// forced revoke set it to expire lease.StatusWindow later. Renew, refresh
-// and transfer of a revoked tenure answer {reason} instead of touching the
-// lease (see lua/revoke.lua).
+// Revocation and lease status. Each lease key k has two more keys in its
+// slot (see lua/revoke.lua): a state record, b.keys.LeaseState(k), a hash
+// with the holder and token of the latest tenure (written by acquire of a
+// free key and by transfer, with the lease's ttl plus lease.StatusWindow)
+// and, once it was revoked or released, that status, the reason and whether
+// the revoke was forced (then it expires lease.StatusWindow after the lease
+// ended); and a revoked mark, b.keys.LeaseRevoked(k), holding the revoked
+// owner, which exists only from a revoke until the next tenure. Renewals
+// read only the revoked mark (renew_many.lua with one MGET for the batch)
+// and write neither: renew, refresh and transfer of a revoked tenure answer
+// {reason} instead of touching the lease.
+//
+// So a lease renewed for longer than lease.StatusWindow outlives its state
+// record: if it then expires, LeaseState reports lease.StatusNone rather
+// than lease.StatusExpired. Released and revoked leases are reported for
+// lease.StatusWindow after they ended.
 
 var (
 	//go:embed lua/revoke.lua
@@ -36,6 +43,11 @@ var _ lease.Revoker = (*Backend)(nil)
 // statusWindowMillis is lease.StatusWindow in milliseconds, the ARGV of the
 // lease scripts that keep the state record.
 var statusWindowMillis = ttlMillis(lease.StatusWindow)
+
+// revokeKeys returns the KEYS of revoke.lua and state.lua for key.
+func (b *Backend) revokeKeys(key string) []string {
+	return []string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)}
+}
 
 // revokedReply reports whether reply is a lease script's answer for a
 // revoked tenure, {reason}, and returns the reason.
@@ -86,7 +98,7 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 		force = "1"
 	}
 	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)}, reason, force, statusWindowMillis)).Int64()
+		b.revokeKeys(key), reason, force, statusWindowMillis)).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
 	}
@@ -109,7 +121,7 @@ func (b *Backend) LeaseState(ctx context.Context, key string) (lease.State, erro
 		return lease.State{}, lease.ErrClosed
 	}
 	vals, err := b.runLease(ctx, newCall(ctx, stateScript,
-		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key)})).Slice()
+		b.revokeKeys(key))).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return lease.State{Key: key}, nil

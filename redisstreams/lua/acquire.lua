@@ -4,32 +4,31 @@
 -- KEYS[2]  fencing counter of the lease (same hash slot; no TTL; never
 --          deleted); its value is the token of the key's latest tenure, which
 --          is the live lease's token, since only a new tenure increments it
--- KEYS[3]  state record of the lease (same hash slot; see revoke.lua)
+-- KEYS[3]  state record of the lease (see revoke.lua)
+-- KEYS[4]  revoked mark of the lease (see revoke.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  ttl in milliseconds (the server's clock counts it)
--- ARGV[3]  status window in milliseconds (how long the state record outlives
---          the lease)
+-- ARGV[3]  status window in milliseconds
 --
 -- Returns the token (an integer > 0) when the caller holds the lease now, for
 -- ARGV[2] milliseconds (a new tenure with a new token from the counter, or a
--- refresh keeping the token), or {holder, token, pttl} when another owner
--- holds it, or {reason} when the caller holds it and it was revoked (no
--- refresh). A free key: SET NX GET both tests and takes it.
+-- refresh keeping the token), {holder, token, pttl} when another owner holds
+-- it, or {reason} when the caller holds it and it was revoked (no refresh).
+-- A free key: SET NX GET both tests and takes it; the new tenure starts a
+-- fresh state record and clears the revoked mark.
 local v = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if not v then
   local tok = redis.call('INCR', KEYS[2])
-  redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[3], 'o', ARGV[1], 't', tok)
+  redis.call('HSET', KEYS[3], 'o', ARGV[1], 't', tok, 's', '', 'r', '', 'f', '', 'e', '')
   redis.call('PEXPIRE', KEYS[3], ARGV[2] + ARGV[3])
+  redis.call('DEL', KEYS[4])
   return tok
 end
 if v == ARGV[1] then
-  local m = redis.call('HMGET', KEYS[3], 'o', 's', 'r')
-  if m[1] == v and m[2] == 'revoked' then
-    return {m[3]}
+  if redis.call('GET', KEYS[4]) == v then
+    return {redis.call('HGET', KEYS[3], 'r')}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2] + ARGV[3])
   return tonumber(redis.call('GET', KEYS[2])) or 0
 end
 return {v, tonumber(redis.call('GET', KEYS[2])) or 0, redis.call('PTTL', KEYS[1])}

@@ -1,18 +1,16 @@
 -- release.lua: delete a lease only when the caller holds it.
 --
 -- KEYS[1]  lease key; its value is the owner
--- KEYS[2]  state record of the lease (same hash slot; see revoke.lua)
+-- KEYS[2]  state record of the lease (see revoke.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  status window in milliseconds
 --
 -- Returns 1 when the lease was deleted, 0 when owner did not hold it. The
 -- fencing counter is left alone, so the next tenure gets a higher token. The
--- state record says released (unless it says revoked) for the window.
+-- state record notes the release and expires after the window.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if redis.call('HGET', KEYS[2], 's') ~= 'revoked' then
-    redis.call('HSET', KEYS[2], 'o', ARGV[1], 's', 'released')
-  end
+  redis.call('HSET', KEYS[2], 'o', ARGV[1], 'e', '1')
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return 1
 end

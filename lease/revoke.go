@@ -30,9 +30,12 @@ const (
 
 // StatusWindow is how long the backends of this module (inmem,
 // redisstreams) keep the status of a lease after it ended: a
-// [Revoker.LeaseState] within that window reports released, expired or
-// revoked, and StatusNone after it. It is counted from the end of the lease
-// (its release, its forced revoke, or the moment it expired).
+// [Revoker.LeaseState] within that window reports released or revoked (for
+// a lease released, revoked, or revoked and then expired), or expired, and
+// StatusNone after it. It is counted from the end of the lease (its release,
+// its forced revoke, or the moment it expired). One exception: redisstreams
+// does not write on renewals, so a lease it renewed for longer than
+// StatusWindow and that then expired reads as StatusNone, not expired.
 const StatusWindow = 10 * time.Minute
 
 // State describes a lease key as [Revoker.LeaseState] reports it.

@@ -85,7 +85,8 @@ func (b *Backend) leaseCall(ctx context.Context, check error) error {
 // already owner's (then the TTL is refreshed and the token kept). A new
 // tenure gets a fencing token one above the key's previous highest. When
 // another owner holds the key it returns Acquired false with that owner, its
-// token and the time left, and a nil error. It returns an error wrapping
+// token and the time left, and a nil error. A refresh by a holder whose
+// tenure was revoked (see RevokeLease) returns a *lease.RevokedError. It returns an error wrapping
 // lease.ErrInvalid for bad input, lease.ErrClosed after Close, and ctx.Err()
 // when ctx is done.
 func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
@@ -146,7 +147,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 
 // RenewLease extends owner's live lease on key to ttl from now and reports
 // true, or reports false when owner holds no live lease on key; it never
-// re-creates an expired lease. Errors as for AcquireLease.
+// re-creates an expired lease. When owner's tenure was revoked it returns a
+// *lease.RevokedError. Errors as for AcquireLease.
 func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if err := b.leaseCall(ctx, lease.CheckAcquire(key, owner, ttl)); err != nil {
 		return false, err
@@ -163,7 +165,8 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 // TransferLease hands key from fromOwner to toOwner in one step under the
 // table's lock, so the key is never free in between: toOwner gets a new
 // fencing token and a full ttl. It reports false, changing nothing, when
-// fromOwner holds no live lease on key. Errors as for AcquireLease.
+// fromOwner holds no live lease on key, and returns a *lease.RevokedError
+// when fromOwner's tenure was revoked. Errors as for AcquireLease.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
 	if err := b.leaseCall(ctx, lease.CheckTransfer(key, fromOwner, toOwner, ttl)); err != nil {
 		return false, err
@@ -224,7 +227,8 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 }
 
 // RenewLeases renews each request as RenewLease would, all at one instant of
-// the Backend's clock, and returns one result per request, in order. A bad
+// the Backend's clock, and returns one result per request, in order; a
+// request whose tenure was revoked reports false. A bad
 // request fails the whole call with an error wrapping lease.ErrInvalid and
 // renews nothing; after Close it returns lease.ErrClosed.
 func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {

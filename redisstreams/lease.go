@@ -278,7 +278,8 @@ func isNoScript(err error) bool {
 // and keeps its token; a key held by another owner is left alone and the
 // result names that holder, its token and the time left (Acquired false, nil
 // error; build a *lease.HeldError with lease.NewHeldError when you need one).
-// Bad input returns an error wrapping lease.ErrInvalid; after Close,
+// A refresh by a holder whose tenure was revoked returns a
+// *lease.RevokedError (see RevokeLease). Bad input returns an error wrapping lease.ErrInvalid; after Close,
 // lease.ErrClosed; a Redis failure, the wrapped Redis error.
 func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
 	if err := lease.CheckAcquire(key, owner, ttl); err != nil {
@@ -362,7 +363,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 
 // RenewLease resets the TTL of owner's live lease on key to ttl and reports
 // true; it reports false when owner does not hold a live lease (an expired
-// lease is never re-created). Bad input returns an error wrapping
+// lease is never re-created), and a *lease.RevokedError when owner's tenure
+// was revoked (see RevokeLease). Bad input returns an error wrapping
 // lease.ErrInvalid; after Close, lease.ErrClosed.
 func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if err := lease.CheckAcquire(key, owner, ttl); err != nil {
@@ -389,7 +391,8 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 // TransferLease hands key from fromOwner to toOwner in one script: the lease
 // value is overwritten (never deleted) with toOwner, a new token from the
 // fencing counter and a full ttl, and it reports true. It reports false when
-// fromOwner does not hold a live lease. Bad input (including fromOwner ==
+// fromOwner does not hold a live lease, and a *lease.RevokedError when
+// fromOwner's tenure was revoked. Bad input (including fromOwner ==
 // toOwner) returns an error wrapping lease.ErrInvalid; after Close,
 // lease.ErrClosed.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
@@ -416,7 +419,8 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 }
 
 // RenewLeases renews each request as RenewLease would and returns one result
-// per request, in order (lease.BatchRenewer). Requests are grouped into
+// per request, in order (lease.BatchRenewer); a request whose tenure was
+// revoked reports false (renew_many.lua answers 'r' for it). Requests are grouped into
 // renew_many.lua calls of up to PipelineChunk leases, each checking and
 // extending every lease of its group on the server's clock: on a standalone
 // or Sentinel client, consecutive requests; on a Cluster, requests whose

@@ -428,10 +428,15 @@ func (c *Controller) onControl(_ context.Context, ev pubsub.Event) error {
 			return nil
 		}
 		cause := &CancelError{Thread: md[metaThread], Reason: md[metaReason]}
-		c.replies.Add(1) // the answer may come later, from the session
+		// The answer may come later, from the session's goroutine, which must
+		// not wait for its publish: it goes out from a goroutine of its own,
+		// which Close waits for.
+		c.replies.Add(1)
 		c.rt.cancelLocal(md[metaThread], cause, md[metaDrop], func(a cancelAnswer) {
-			defer c.replies.Done()
-			c.answer(md, a)
+			go func() {
+				defer c.replies.Done()
+				c.answer(md, a)
+			}()
 		})
 	case cancelReplyType:
 		if md[metaTo] != c.id {

@@ -19,6 +19,9 @@ type leaseTable struct {
 	mu    sync.Mutex
 	live  map[string]leaseEntry
 	fence map[string]uint64
+
+	marks      map[string]*leaseMark // revoke.go: status of the latest tenures
+	marksSwept time.Time
 }
 
 type leaseEntry struct {
@@ -50,17 +53,19 @@ func (t *leaseTable) newTenureLocked(key, owner string, ttl time.Duration, now t
 	t.fence[key]++
 	e := leaseEntry{owner: owner, token: t.fence[key], expires: now.Add(ttl)}
 	t.live[key] = e
+	t.markTenureLocked(key, e, now)
 	return e
 }
 
 // renewLocked extends owner's live lease on key; it never creates one.
 func (t *leaseTable) renewLocked(key, owner string, ttl time.Duration, now time.Time) bool {
 	e, ok := t.getLocked(key, now)
-	if !ok || e.owner != owner {
+	if !ok || e.owner != owner || t.revokedLocked(key, owner) != nil {
 		return false
 	}
 	e.expires = now.Add(ttl)
 	t.live[key] = e
+	t.markExtendLocked(key, e)
 	return true
 }
 
@@ -80,7 +85,8 @@ func (b *Backend) leaseCall(ctx context.Context, check error) error {
 // already owner's (then the TTL is refreshed and the token kept). A new
 // tenure gets a fencing token one above the key's previous highest. When
 // another owner holds the key it returns Acquired false with that owner, its
-// token and the time left, and a nil error. It returns an error wrapping
+// token and the time left, and a nil error. A refresh by a holder whose
+// tenure was revoked (see RevokeLease) returns a *lease.RevokedError. It returns an error wrapping
 // lease.ErrInvalid for bad input, lease.ErrClosed after Close, and ctx.Err()
 // when ctx is done.
 func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
@@ -96,8 +102,12 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	case !ok:
 		e = t.newTenureLocked(key, owner, ttl, now)
 	case e.owner == owner:
+		if err := t.revokedLocked(key, owner); err != nil {
+			return lease.Result{}, err
+		}
 		e.expires = now.Add(ttl)
 		t.live[key] = e
+		t.markExtendLocked(key, e)
 	default:
 		return lease.Result{Owner: e.owner, Token: e.token, TTL: e.expires.Sub(now)}, nil
 	}
@@ -127,15 +137,18 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.getLocked(key, b.clock.Now()); ok && e.owner == owner {
+	now := b.clock.Now()
+	if e, ok := t.getLocked(key, now); ok && e.owner == owner {
 		delete(t.live, key)
+		t.markReleaseLocked(key, now)
 	}
 	return nil
 }
 
 // RenewLease extends owner's live lease on key to ttl from now and reports
 // true, or reports false when owner holds no live lease on key; it never
-// re-creates an expired lease. Errors as for AcquireLease.
+// re-creates an expired lease. When owner's tenure was revoked it returns a
+// *lease.RevokedError. Errors as for AcquireLease.
 func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if err := b.leaseCall(ctx, lease.CheckAcquire(key, owner, ttl)); err != nil {
 		return false, err
@@ -143,13 +156,17 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.revokedLocked(key, owner); err != nil {
+		return false, err
+	}
 	return t.renewLocked(key, owner, ttl, b.clock.Now()), nil
 }
 
 // TransferLease hands key from fromOwner to toOwner in one step under the
 // table's lock, so the key is never free in between: toOwner gets a new
 // fencing token and a full ttl. It reports false, changing nothing, when
-// fromOwner holds no live lease on key. Errors as for AcquireLease.
+// fromOwner holds no live lease on key, and returns a *lease.RevokedError
+// when fromOwner's tenure was revoked. Errors as for AcquireLease.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
 	if err := b.leaseCall(ctx, lease.CheckTransfer(key, fromOwner, toOwner, ttl)); err != nil {
 		return false, err
@@ -158,6 +175,9 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := b.clock.Now()
+	if err := t.revokedLocked(key, fromOwner); err != nil {
+		return false, err
+	}
 	if e, ok := t.getLocked(key, now); !ok || e.owner != fromOwner {
 		return false, nil
 	}
@@ -207,7 +227,10 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 }
 
 // RenewLeases renews each request as RenewLease would, all at one instant of
-// the Backend's clock, and returns one result per request, in order. A bad
+// the Backend's clock, and returns one result per request, in order; a
+// request whose tenure was revoked reports false, and the call then returns
+// a *lease.BatchError whose entry for it is the *lease.RevokedError that
+// RenewLease would return (the other entries nil). A bad
 // request fails the whole call with an error wrapping lease.ErrInvalid and
 // renews nothing; after Close it returns lease.ErrClosed.
 func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {
@@ -215,12 +238,23 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 		return nil, err
 	}
 	out := make([]bool, len(reqs))
+	var errs []error
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := b.clock.Now()
 	for i, r := range reqs {
+		if err := t.revokedLocked(r.Key, r.Owner); err != nil {
+			if errs == nil {
+				errs = make([]error, len(reqs))
+			}
+			errs[i] = err
+			continue
+		}
 		out[i] = t.renewLocked(r.Key, r.Owner, r.TTL, now)
+	}
+	if errs != nil {
+		return out, &lease.BatchError{Errs: errs}
 	}
 	return out, nil
 }

@@ -32,8 +32,11 @@
 //
 // Beyond the five methods: [HeldError] describes contention, [Keep] holds a
 // lease and renews it in the background (batching renewals when the provider
-// implements [BatchRenewer]), [Wait] blocks until a lease is acquired, and the
-// optional [Inspector] lists leases for operators.
+// implements [BatchRenewer]), [Wait] blocks until a lease is acquired, the
+// optional [Inspector] lists leases for operators, and the optional [Revoker]
+// takes a lease away from its holder ([ErrRevoked], [RevokedError]; a revoke
+// that is not forced never creates two holders) and reports whether a lease
+// is active, released, expired or revoked ([Status], within [StatusWindow]).
 //
 // # Fail-closed
 //

@@ -83,3 +83,27 @@ func ExampleWait() {
 	// true true
 	// true worker-3 2
 }
+
+func ExampleRevoker() {
+	b := inmem.New()
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.AcquireLease(ctx, "jobs/42", "worker-7", time.Minute); err != nil {
+		panic(err)
+	}
+	var rv lease.Revoker = b // an optional capability: find it with a type assertion
+	if err := rv.RevokeLease(ctx, "jobs/42", "stuck since 03:00"); err != nil {
+		panic(err)
+	}
+	_, err := b.RenewLease(ctx, "jobs/42", "worker-7", time.Minute) // the holder's next renewal
+	fmt.Println(errors.Is(err, lease.ErrRevoked), err)
+	r, _ := b.AcquireLease(ctx, "jobs/42", "worker-8", time.Minute) // still held until worker-7 stops
+	fmt.Println("worker-8 acquired:", r.Acquired)
+	_ = b.ReleaseLease(ctx, "jobs/42", "worker-7")
+	st, _ := rv.LeaseState(ctx, "jobs/42")
+	fmt.Println(st.Status, st.Reason)
+	// Output:
+	// true lease "jobs/42" of worker-7 revoked: stuck since 03:00
+	// worker-8 acquired: false
+	// revoked stuck since 03:00
+}

@@ -91,16 +91,16 @@ func testClusterLeaseKeySlots(t *testing.T, c *redis.ClusterClient) {
 		}
 		mine++
 		rest := k[len(prefix):]
-		if !strings.HasPrefix(rest, "lease:{") && !strings.HasPrefix(rest, "fence:{") || !strings.HasSuffix(rest, "}") {
-			t.Errorf("key %q is not a lease or fence key of the prefix", k)
+		if !strings.HasPrefix(rest, "lease:{") && !strings.HasPrefix(rest, "fence:{") && !strings.HasPrefix(rest, "lstate:{") && !strings.HasPrefix(rest, "revoked:{") || !strings.HasSuffix(rest, "}") {
+			t.Errorf("key %q is not a lease, fence or lease state key of the prefix", k)
 			continue
 		}
 		if strings.Count(rest, "{") != 1 || strings.Count(rest, "}") != 1 {
 			t.Errorf("key %q holds more than one brace pair: a name changed its hash tag", k)
 		}
 	}
-	if mine != 2*len(names) {
-		t.Errorf("the cluster holds %d keys of the prefix, want %d (a lease and a fence key per name)", mine, 2*len(names))
+	if mine != 3*len(names) {
+		t.Errorf("the cluster holds %d keys of the prefix, want %d (a lease, a fence and a lease state key per name)", mine, 3*len(names))
 	}
 	infos := mustList(t, b, "")
 	if got, want := infoKeys(infos), sorted(names); fmt.Sprint(got) != fmt.Sprint(want) {

@@ -277,7 +277,8 @@ func isNoScript(err error) bool {
 // and keeps its token; a key held by another owner is left alone and the
 // result names that holder, its token and the time left (Acquired false, nil
 // error; build a *lease.HeldError with lease.NewHeldError when you need one).
-// Bad input returns an error wrapping lease.ErrInvalid; after Close,
+// A refresh by a holder whose tenure was revoked returns a
+// *lease.RevokedError (see RevokeLease). Bad input returns an error wrapping lease.ErrInvalid; after Close,
 // lease.ErrClosed; a Redis failure, the wrapped Redis error.
 func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
 	if err := lease.CheckAcquire(key, owner, ttl); err != nil {
@@ -286,7 +287,9 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	if b.isClosed() {
 		return lease.Result{}, lease.ErrClosed
 	}
-	c := newCall(ctx, acquireScript, []string{b.keys.Lease(key), b.keys.Fence(key)}, owner, ttlMillis(ttl))
+	c := newCall(ctx, acquireScript,
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
+		owner, ttlMillis(ttl), statusWindowMillis)
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
@@ -296,6 +299,9 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	}
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return lease.Result{}, &lease.RevokedError{Key: key, Owner: owner, Reason: reason}
 	}
 	r, err := parseAcquire(reply, owner, ttl)
 	if err != nil {
@@ -354,7 +360,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if b.isClosed() {
 		return lease.ErrClosed
 	}
-	if err := b.runLease(ctx, newCall(ctx, releaseScript, []string{b.keys.Lease(key)}, owner)).Err(); err != nil {
+	if err := b.runLease(ctx, newCall(ctx, releaseScript,
+		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, statusWindowMillis)).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
 	return nil
@@ -362,7 +369,8 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 
 // RenewLease resets the TTL of owner's live lease on key to ttl and reports
 // true; it reports false when owner does not hold a live lease (an expired
-// lease is never re-created). Bad input returns an error wrapping
+// lease is never re-created), and a *lease.RevokedError when owner's tenure
+// was revoked (see RevokeLease). Bad input returns an error wrapping
 // lease.ErrInvalid; after Close, lease.ErrClosed.
 func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if err := lease.CheckAcquire(key, owner, ttl); err != nil {
@@ -371,9 +379,17 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	n, err := b.runLease(ctx, newCall(ctx, renewScript, []string{b.keys.Lease(key)}, owner, ttlMillis(ttl))).Int64()
+	reply, err := b.runLease(ctx, newCall(ctx, renewScript,
+		[]string{b.keys.Lease(key), b.keys.LeaseRevoked(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl))).Result()
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return false, &lease.RevokedError{Key: key, Owner: owner, Reason: reason}
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, b.leaseErr("renew", key, fmt.Errorf("unexpected reply %v", reply))
 	}
 	return n == 1, nil
 }
@@ -381,7 +397,8 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 // TransferLease hands key from fromOwner to toOwner in one script: the lease
 // value is overwritten (never deleted) with toOwner, a new token from the
 // fencing counter and a full ttl, and it reports true. It reports false when
-// fromOwner does not hold a live lease. Bad input (including fromOwner ==
+// fromOwner does not hold a live lease, and a *lease.RevokedError when
+// fromOwner's tenure was revoked. Bad input (including fromOwner ==
 // toOwner) returns an error wrapping lease.ErrInvalid; after Close,
 // lease.ErrClosed.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
@@ -391,18 +408,25 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	c := newCall(ctx, transferScript, []string{b.keys.Lease(key), b.keys.Fence(key)}, fromOwner, toOwner, ttlMillis(ttl))
-	var tok int64
+	c := newCall(ctx, transferScript,
+		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
+		fromOwner, toOwner, ttlMillis(ttl), statusWindowMillis)
+	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		var reply any
 		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), func(r any) bool { n, _ := r.(int64); return n > 0 })
-		tok = toInt64(reply)
 	} else {
-		tok, err = b.runLease(ctx, c).Int64()
+		reply, err = b.runLease(ctx, c).Result()
 	}
 	if err != nil {
 		return false, b.leaseErr("transfer", key, err)
+	}
+	if reason, ok := revokedReply(reply); ok {
+		return false, &lease.RevokedError{Key: key, Owner: fromOwner, Reason: reason}
+	}
+	tok, ok := reply.(int64)
+	if !ok {
+		return false, b.leaseErr("transfer", key, fmt.Errorf("unexpected reply %v", reply))
 	}
 	return tok > 0, nil
 }

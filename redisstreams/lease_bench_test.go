@@ -159,7 +159,8 @@ func acquireMany(tb testing.TB, be *Backend, n int) []lease.Renewal {
 	}
 	calls := make([]*leaseCall, n)
 	for i, r := range reqs {
-		calls[i] = newCall(ctx, acquireScript, []string{be.keys.Lease(r.Key), be.keys.Fence(r.Key)}, "me", ttlMillis(benchTTL))
+		calls[i] = newCall(ctx, acquireScript, []string{be.keys.Lease(r.Key), be.keys.Fence(r.Key), be.keys.LeaseState(r.Key), be.keys.LeaseRevoked(r.Key)},
+			"me", ttlMillis(benchTTL), statusWindowMillis)
 	}
 	if err := be.runPipelined(ctx, calls); err != nil {
 		tb.Fatal(err)

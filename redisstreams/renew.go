@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -33,8 +34,9 @@ import (
 // the client gives up). When some pipelines failed or were not answered in
 // time and others were, it returns the full result with a *lease.BatchError
 // naming the requests that have no known result: one unreachable Cluster
-// master fails only the leases it serves. When none was answered, it
-// returns only an error. A bad request fails the whole call with an error
+// master fails only the leases it serves. A request whose tenure was
+// revoked reports false with a *lease.RevokedError entry in the
+// *lease.BatchError. When none was answered, it returns only an error. A bad request fails the whole call with an error
 // wrapping lease.ErrInvalid, before anything is sent; after Close,
 // lease.ErrClosed.
 func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool, error) {
@@ -58,7 +60,32 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 	case <-done:
 	case <-ctx.Done():
 	}
-	return r.result(ctx)
+	out, err := r.result(ctx)
+	return out, r.revokedErrors(ctx, out, err)
+}
+
+// revokedErrors adds to the outcome of a renewal the *lease.RevokedError of
+// each request renew_many.lua answered 'r' for (its reason read with
+// LeaseState; "" when that read fails), as a *lease.BatchError entry.
+func (r *renewal) revokedErrors(ctx context.Context, out []bool, err error) error {
+	r.mu.Lock()
+	revoked := slices.Clone(r.revoked)
+	r.mu.Unlock()
+	if len(revoked) == 0 || out == nil {
+		return err
+	}
+	be, ok := errors.AsType[*lease.BatchError](err)
+	if !ok {
+		be = &lease.BatchError{Errs: make([]error, len(r.reqs))}
+	}
+	for _, q := range revoked {
+		var reason string
+		if st, serr := r.b.LeaseState(ctx, r.reqs[q].Key); serr == nil {
+			reason = st.Reason
+		}
+		be.Errs[q] = &lease.RevokedError{Key: r.reqs[q].Key, Owner: r.reqs[q].Owner, Reason: reason}
+	}
+	return be
 }
 
 // renewal is one RenewLeases call.
@@ -74,6 +101,7 @@ type renewal struct {
 	out      []bool
 	errs     []error
 	answered []bool // per run
+	revoked  []int  // requests whose tenure was revoked (renew_many.lua's 'r')
 }
 
 // run is one pipeline: groups [lo, hi) of one shard.
@@ -133,10 +161,11 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 	rn := r.runs[i]
 	calls := make([]*leaseCall, rn.hi-rn.lo)
 	for ci, g := range r.groups[rn.lo:rn.hi] {
-		keys := make([]string, len(g))
+		keys := make([]string, 2*len(g))
 		argv := make([]any, 2*len(g))
 		for j, q := range g {
 			keys[j] = r.b.keys.Lease(r.reqs[q].Key)
+			keys[len(g)+j] = r.b.keys.LeaseRevoked(r.reqs[q].Key)
 			argv[j] = r.reqs[q].Owner
 			argv[len(g)+j] = ttlMillis(r.reqs[q].TTL)
 		}
@@ -156,9 +185,12 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 			err = fmt.Errorf("unexpected reply %q to a renewal of %d leases", res, len(g))
 		}
 		for j, q := range g {
-			if err != nil {
+			switch {
+			case err != nil:
 				r.errs[q] = err
-			} else {
+			case res[j] == 'r':
+				r.revoked = append(r.revoked, q)
+			default:
 				r.out[q] = res[j] == '1'
 			}
 		}

@@ -132,7 +132,54 @@
 //     one warning, unless the pubsub implements [CrossProcessReporter] and
 //     reports false (TestNoopFallback).
 //
+// # Control
+//
+// [Runtime.Cancel] cancels a thread's running run from any process, and
+// [Runtime.Status] reads a thread's state; a [Controller] does both without
+// being a Runtime (the leasebus command uses one). Every Runtime subscribes
+// to [ControlTopic] (fan-out, from the latest event). Cancel reads the
+// thread's lease: its owner "<process>/<run id>" names the process, which
+// Cancel asks on ControlTopic (or directly when it is itself) and whose
+// answer it waits for. The owner cancels the context of the run that holds
+// the thread with a [*CancelError] cause carrying the reason; a cancel that
+// arrives while the tenure hands the thread to its next run (a delivery was
+// taken, TransferLease not yet done) is kept and cancels that run as it
+// starts, and Cancel answers only then. A run whose ctx ended only by
+// Cancel (its lease still live) counts its signals as done, like a run that
+// returned: they are recorded and acked, not run again, and the tenure goes
+// on to the next queued signal in inbox order. With [DropQueued], Cancel
+// first publishes a mark into the thread's inbox; the owner then records
+// and acks, without running, every entry before the mark. An owner that
+// does not answer before Cancel's ctx ends (or [DefaultControlTimeout])
+// makes Cancel fail with [ErrUnreachable]; a process that answers it has no
+// tenure of the thread makes Cancel read the lease again (the thread moved)
+// and ask the new owner, or report no run when the lease is unchanged.
+//
+// Cancel relies on today's delivery path in three places: the tenure loop
+// (session) is the one place where a run starts (registering its cancel
+// function) and where a hand-off takes a delivery before TransferLease; the
+// per-thread inbox, read in order by the one tenure, is what makes "the
+// signals queued after it run next, in order" and the drop mark work; and
+// the done record is how a cancelled signal counts as done.
+//
+// Status reads the lease (owner, token, time left; lease.Inspector) and the
+// inbox group's backlog (pubsub.BacklogReader: entries not yet delivered to
+// the owner, entries delivered and not acked, time of the newest entry).
+// Proved by TestProcCancelFromThirdProcess (a third process's Cancel stops
+// the owner's run, whose agent sees the reason as context.Cause, and the
+// queued signals then run once each, in order), TestProcCancelDuringHandOff
+// (a test hook holds the owner between two runs),
+// TestProcCancelUnreachableOwner (SIGSTOPped owner: ErrUnreachable) and the
+// in-process TestCancel* tests. BenchmarkCancel measures Cancel start → the
+// run's ctx done: see BENCHMARKS.md.
+//
 // # Limits
+//
+// A Cancel reaches the run holding the thread when the owner handles the
+// request, which may be a later run than the one holding it when Cancel was
+// called. DropQueued is applied by the owner Cancel reached: if it dies or
+// loses the thread before reaching the mark, the next owner runs the rest.
+// Without a lease provider Cancel reaches only runs of its own process.
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A

@@ -9,12 +9,15 @@ type Hooks struct {
 	// BeforeRelease is called after the tenure stopped reading its inbox
 	// (unsubscribed) and before it releases the lease.
 	BeforeRelease func(thread string)
+	// BeforeHandOff is called when a run ended and a delivery was taken for
+	// the next one, before the lease is transferred to it.
+	BeforeHandOff func(thread string)
 }
 
 // WithHooks sets test hooks on one Runtime.
 func WithHooks(h Hooks) Option {
 	return func(c *config) error {
-		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease}
+		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease, beforeHandOff: h.BeforeHandOff}
 		return nil
 	}
 }

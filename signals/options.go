@@ -83,10 +83,15 @@ const (
 	LeaseLost
 	// Released: the tenure ended and handed the lease back.
 	Released
+	// Cancelled: Runtime.Cancel reached this process's tenure of a thread:
+	// the run's ctx was cancelled (RunID, Token; Err is the cause), or, in
+	// the middle of a hand-off, will be as soon as the next run starts (an
+	// event without RunID, followed by one with it).
+	Cancelled
 )
 
 var kindNames = [...]string{"", "sent", "tenure-started", "recovered", "run-started", "signal-given",
-	"signal-skipped", "run-ended", "handed-off", "lease-lost", "released"}
+	"signal-skipped", "run-ended", "handed-off", "lease-lost", "released", "cancelled"}
 
 // String returns the kind's name, such as "run-started".
 func (k EventKind) String() string {
@@ -114,6 +119,7 @@ type config struct {
 type testHooks struct {
 	lingerEnd     func(thread string) // the linger time passed; still subscribed
 	beforeRelease func(thread string) // unsubscribed, still holding the lease
+	beforeHandOff func(thread string) // a delivery taken for the next run, before TransferLease
 }
 
 // WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A

@@ -59,6 +59,7 @@ type workerCfg struct {
 	Stuck  time.Duration // the agent sleeps this long ignoring ctx, then reports
 	GoKey  string        // wait for this Redis key before sending
 	Via    string        // the runtime's Redis address (a proxy), by NewURL with default options; records still go straight to W_URL
+	Test   string        // the worker's test function; default TestWorkerProcess
 }
 
 func (c workerCfg) env(url string) []string {
@@ -82,7 +83,11 @@ type worker struct {
 
 func startWorker(t *testing.T, url string, c workerCfg) *worker {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1", "-test.timeout=10m")
+	test := c.Test
+	if test == "" {
+		test = "TestWorkerProcess"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.timeout=10m")
 	cmd.Env = c.env(url)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -78,6 +78,7 @@ type Runtime struct {
 	sessions map[string]*session
 	wg       sync.WaitGroup // sessions
 	workSub  pubsub.Subscription
+	ctl      *Controller // control.go: Cancel, Status and the owner's side of a cancel
 
 	closeOnce sync.Once
 	closeErr  error
@@ -148,6 +149,12 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		return nil, fmt.Errorf("signals: subscribe %s: %w", WorkTopic, err)
 	}
 	rt.workSub = sub
+	if err := rt.startControl(); err != nil {
+		_ = sub.Unsubscribe(context.Background())
+		rt.hardCancel()
+		_ = rt.keeper.Close()
+		return nil, err
+	}
 	return rt, nil
 }
 
@@ -478,9 +485,10 @@ func (rt *Runtime) Close(ctx context.Context) error {
 				uerr = nil
 			}
 			rt.wg.Wait()
+			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed
 			rt.hardCancel()
 			_ = rt.keeper.Close()
-			rt.closeErr = uerr
+			rt.closeErr = errors.Join(uerr, cerr)
 		}()
 	})
 	select {

@@ -37,6 +37,7 @@ type session struct {
 	seen    map[string]bool
 	waiters map[string][]chan struct{}
 	record  string
+	ctl     runControl // control.go: cancel of the running run
 }
 
 // delivery is one inbox event waiting in its handler for the session's
@@ -137,6 +138,9 @@ func (s *session) markSeen(ids []string) {
 
 // skip acks d without running it when its ID was run already.
 func (s *session) skip(d delivery) bool {
+	if s.dropped(d) {
+		return true
+	}
 	id := d.ev.ID
 	s.mu.Lock()
 	dup := s.seen[id] || recordHas(s.record, id)
@@ -228,6 +232,7 @@ func (s *session) loop() {
 		// lease as held by a tenure that reads nothing more (the window
 		// between the end of the inbox subscription and the release).
 		s.quitOnce.Do(func() { close(s.quit) })
+		s.ctlEnded()
 		runID, owner := s.current()
 		if lost {
 			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
@@ -288,7 +293,11 @@ func (s *session) loop() {
 			if s.skip(d) {
 				continue
 			}
+			s.ctlStarting()
 			if used {
+				if h := rt.cfg.hooks.beforeHandOff; h != nil {
+					h(s.thread)
+				}
 				nextRun, nextOwner := rt.newRun()
 				s.mu.Lock()
 				prevRun := s.runID
@@ -347,9 +356,11 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 		Signals: []Signal{sig}, Redelivered: []bool{sig.Redelivered},
 		s: s, held: held, ctx: ctx, cur: []delivery{d},
 	}
+	s.ctlRunStarted(cancel, runID, r.Token)
 	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
 	err := callAgent(ctx, rt.agent, r)
-	if ctx.Err() != nil {
+	s.ctlRunEnded()
+	if ctx.Err() != nil && !s.cancelledOnly(ctx, held) {
 		// Lost or stopped: the signals it holds were not finished; leave them
 		// for the next owner, who gets them marked as redelivered.
 		abandon(r.cur, errLeaseLost)

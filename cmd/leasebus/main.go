@@ -51,7 +51,8 @@ var commands []command
 func init() {
 	commands = []command{
 		{name: "demo", summary: "run several worker processes, kill an owner mid-run, draw the timeline and check the guarantees", run: runDemo},
-		{name: "leases", summary: "list live leases: key, holder, fencing token, time left", run: runLeases},
+		{name: "leases", summary: "list live leases: key, holder, fencing token, time left; leases revoke KEY", run: runLeases},
+		{name: "threads", summary: "list held threads: owner, run, token, queued signals; threads cancel THREAD", run: runThreads},
 		{name: "tail", summary: "print the events of a topic as they arrive", run: runTail},
 		{name: "publish", summary: "publish one event to a topic", run: runPublish},
 		{name: workerCommand, hidden: true, run: runWorker},

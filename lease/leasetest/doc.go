@@ -12,7 +12,7 @@
 //	}
 //
 // Each rule of the contract (see package lease) is one named subtest, so a
-// failure names the rule that broke. The optional capabilities lease.Inspector
-// and lease.BatchRenewer have subtests of their own, which skip, naming the
-// capability, when the provider lacks it; no other subtest skips.
+// failure names the rule that broke. The optional capabilities lease.Inspector,
+// lease.BatchRenewer and lease.Revoker have subtests of their own, which skip,
+// naming the capability, when the provider lacks it; no other subtest skips.
 package leasetest

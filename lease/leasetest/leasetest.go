@@ -78,6 +78,7 @@ func Run(t *testing.T, c Config) {
 		{"Inspector", testInspector},
 		{"BatchRenewer", testBatchRenewer},
 		{"NeverReturningCallCannotKeepHeldAlive", testNeverReturningCall},
+		{"Revoker", testRevoker}, // revoke.go
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := c.New(t)

@@ -4,18 +4,30 @@
 -- KEYS[2]  fencing counter of the lease (same hash slot; no TTL; never
 --          deleted); its value is the token of the key's latest tenure, which
 --          is the live lease's token, since only a new tenure increments it
+-- KEYS[3]  state record of the lease (see revoke.lua)
+-- KEYS[4]  revoked mark of the lease (see revoke.lua)
 -- ARGV[1]  owner
 -- ARGV[2]  ttl in milliseconds (the server's clock counts it)
+-- ARGV[3]  status window in milliseconds
 --
 -- Returns the token (an integer > 0) when the caller holds the lease now, for
 -- ARGV[2] milliseconds (a new tenure with a new token from the counter, or a
--- refresh keeping the token), or {holder, token, pttl} when another owner
--- holds it. A free key costs two calls: SET NX GET both tests and takes it.
+-- refresh keeping the token), {holder, token, pttl} when another owner holds
+-- it, or {reason} when the caller holds it and it was revoked (no refresh).
+-- A free key: SET NX GET both tests and takes it; the new tenure starts a
+-- fresh state record and clears the revoked mark.
 local v = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if not v then
-  return redis.call('INCR', KEYS[2])
+  local tok = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[3], 'o', ARGV[1], 't', tok, 's', '', 'r', '', 'f', '', 'e', '')
+  redis.call('PEXPIRE', KEYS[3], ARGV[2] + ARGV[3])
+  redis.call('DEL', KEYS[4])
+  return tok
 end
 if v == ARGV[1] then
+  if redis.call('GET', KEYS[4]) == v then
+    return {redis.call('HGET', KEYS[3], 'r')}
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(redis.call('GET', KEYS[2])) or 0
 end

@@ -2,19 +2,24 @@
 --
 -- KEYS[1..n]      lease keys; each value is the owner (on a Cluster, all in
 --                 one hash slot)
+-- KEYS[n+1..2n]   revoked mark of each lease (see revoke.lua)
 -- ARGV[1..n]      owner of each key
 -- ARGV[n+1..2n]   ttl of each key, in milliseconds (the server's clock)
 --
 -- Returns a string of n bytes, one per key in order: '1' when that key's live
--- lease was held by its owner and extended, '0' when not (no live lease, or
--- another owner's). An expired lease is never re-created. One MGET reads
--- every owner (time stands still while a script runs, so no lease expires
+-- lease was held by its owner and extended, 'r' when the owner's tenure was
+-- revoked (not extended), '0' when not (no live lease, or another owner's).
+-- An expired lease is never re-created. Two MGETs read every owner and every
+-- revoked mark (time stands still while a script runs, so no lease expires
 -- between the read and its PEXPIRE); n stays well under Lua's unpack limit.
-local n = #KEYS
-local owners = redis.call('MGET', unpack(KEYS))
+local n = #KEYS / 2
+local owners = redis.call('MGET', unpack(KEYS, 1, n))
+local revoked = redis.call('MGET', unpack(KEYS, n + 1, 2 * n))
 local out = {}
 for i = 1, n do
-  if owners[i] == ARGV[i] then
+  if revoked[i] == ARGV[i] then
+    out[i] = 'r'
+  elseif owners[i] == ARGV[i] then
     redis.call('PEXPIRE', KEYS[i], ARGV[n + i])
     out[i] = '1'
   else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tour.sh regenerates tour.txt next to it: the real output of a short tour of
-# the leasebus command (help, the demo, publish, tail, leases, an error).
+# the leasebus command (help, the demo, publish, tail, leases, threads,
+# threads cancel, leases revoke, an error).
 #
 #	cmd/leasebus/testdata/tour.sh
 #
@@ -14,14 +15,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=$(mktemp -d)
 redis_pid=""
+agent_pid=""
 cleanup() {
+	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null || true; wait "$agent_pid" 2>/dev/null || true; fi
 	if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
 command -v redis-server >/dev/null || { echo "tour.sh: redis-server is not on PATH" >&2; exit 1; }
-(cd "$root" && go build -o "$work/leasebus" ./cmd/leasebus)
+(cd "$root" && go build -o "$work/leasebus" ./cmd/leasebus && go build -o "$work/tourworker" ./cmd/leasebus/testdata/tourworker)
 export PATH="$work:$PATH"
 unset LEASEBUS_REDIS_URL
 
@@ -85,6 +88,36 @@ done
 printf '$ %s\n%s\n\n' "$cmd" "$listing" >>"$out"
 wait "$demo_pid" || { echo "tour.sh: the background demo failed:" >&2; cat "$work/demo.txt" >&2; exit 1; }
 show "leasebus leases --redis $url" 0
+
+# threads, threads cancel, leases revoke: a deployment of one signals
+# runtime (testdata/tourworker, process id tour-agent) working on thread
+# chat-42 with two more signals queued, and keeping the lease
+# jobs/nightly-report.
+"$work/tourworker" --redis "$url" >"$work/agent.txt" 2>&1 &
+agent_pid=$!
+for _ in $(seq 100); do
+	grep -q '^ready' "$work/agent.txt" && break
+	kill -0 "$agent_pid" 2>/dev/null || { echo "tour.sh: tourworker exited" >&2; cat "$work/agent.txt" >&2; exit 1; }
+	sleep 0.1
+done
+grep -q '^ready' "$work/agent.txt" || { echo "tour.sh: tourworker did not start" >&2; cat "$work/agent.txt" >&2; exit 1; }
+show "leasebus threads --redis $url" 0
+show "leasebus threads cancel chat-42 --reason 'user pressed stop' --redis $url" 0
+for _ in $(seq 100); do
+	grep -q 'started msg-2' "$work/agent.txt" && break
+	sleep 0.05
+done
+show "leasebus threads --redis $url" 0
+show "leasebus leases --redis $url" 0
+show "leasebus leases revoke jobs/nightly-report --reason 'stuck since 03:00' --redis $url" 0
+show "leasebus leases --prefix jobs/ --redis $url" 0
+for _ in $(seq 200); do
+	grep -q '^lease: ' "$work/agent.txt" && break
+	sleep 0.05
+done
+printf '$ # what the deployment (testdata/tourworker) printed meanwhile\n' >>"$out"
+cat "$work/agent.txt" >>"$out"
+echo >>"$out"
 
 show 'leasebus tail orders --redis redis://127.0.0.1:1; echo "exit $?"' 0
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// runLeasesRevoke revokes one lease.
+func runLeasesRevoke(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [flags]",
+		`Revoke the live lease on KEY. Its holder's next renewal fails with an error
+matching lease.ErrRevoked that carries --reason, and a lease kept with
+lease.Keep ends at once (its context is cancelled). Without --force the key
+stays held by the revoked holder until it releases it or the lease expires,
+so nobody else can take it while the holder may still be working. --force
+frees the key at once: use it only when the resource checks fencing tokens or
+the holder is known to be dead. Exits 1 when KEY has no live lease.`)
+	redisFlag := fs.redisFlag()
+	keyspace := fs.keyspaceFlag()
+	reason := fs.String("reason", "", "why the lease is revoked (required; the holder sees it)")
+	force := fs.Bool("force", false, "free the key at once instead of waiting for the holder to stop")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("want one KEY, got %d arguments (see leasebus leases revoke --help)", len(pos))
+	}
+	if *reason == "" {
+		return usageErrorf("--reason is required")
+	}
+	key := pos[0]
+	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var rv lease.Revoker = b
+	before, err := rv.LeaseState(ctx, key)
+	if err != nil {
+		return err
+	}
+	if *force {
+		err = rv.ForceRevokeLease(ctx, key, *reason)
+	} else {
+		err = rv.RevokeLease(ctx, key, *reason)
+	}
+	if errors.Is(err, lease.ErrNotHeld) {
+		return fmt.Errorf("lease %q: no live lease to revoke", key)
+	}
+	if err != nil {
+		return err
+	}
+	after, err := rv.LeaseState(ctx, key)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, before.Owner, before.Token, after.Reason)
+	if after.Live() {
+		fmt.Fprintf(e.stdout, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",
+			after.Owner, after.TTL.Round(100*time.Millisecond))
+	} else {
+		fmt.Fprintln(e.stdout, "the key is free")
+	}
+	return nil
+}
+
+// leaseStatuses drops the signals runtime's internal records from infos
+// (unless all) and reads the status of each remaining lease.
+func leaseStatuses(ctx context.Context, rv lease.Revoker, infos []lease.Info, all bool) ([]lease.Info, map[string]lease.Status, error) {
+	out := infos[:0]
+	statuses := make(map[string]lease.Status, len(infos))
+	for _, in := range infos {
+		if !all && signals.IsInternalLeaseKey(in.Key) {
+			continue
+		}
+		st, err := rv.LeaseState(ctx, in.Key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lease %q: %w", in.Key, err)
+		}
+		if !st.Live() {
+			continue // ended since it was listed
+		}
+		statuses[in.Key] = st.Status
+		out = append(out, in)
+	}
+	return out, statuses, nil
+}

@@ -1,0 +1,40 @@
+-- revoke.lua: revoke the live lease on a key.
+--
+-- KEYS[1]  lease key; its value is the owner
+-- KEYS[2]  fencing counter of the lease
+-- KEYS[3]  state record of the lease (same hash slot), a hash about the
+--          key's latest tenure: o = holder, t = token, s = 'revoked' (else
+--          empty), r = revoke reason, f = '1' for a forced revoke, e = '1'
+--          once released. acquire.lua (of a free key) and transfer.lua
+--          rewrite it for each new tenure and give it the lease's ttl plus
+--          the status window; release and revoke set it to expire a status
+--          window after the lease ended. Renewals do not touch it.
+-- KEYS[4]  revoked mark of the lease (same hash slot), a string: the owner
+--          whose tenure was revoked. Renew, refresh and transfer scripts
+--          check it (renew_many.lua with one MGET); a new tenure deletes it.
+-- ARGV[1]  reason
+-- ARGV[2]  '1' to force (free the key at once), '0' otherwise
+-- ARGV[3]  status window in milliseconds
+--
+-- Returns 1 when the lease is revoked (by this call or earlier; the first
+-- reason stays), 0 when the key has no live lease. Without force the lease
+-- key is left alone: its holder keeps it until it releases it or it expires.
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local ms = redis.call('PTTL', KEYS[1])
+if ms < 0 then
+  ms = 0
+end
+if redis.call('GET', KEYS[4]) ~= v then
+  redis.call('HSET', KEYS[3], 'o', v, 't', tonumber(redis.call('GET', KEYS[2])) or 0, 's', 'revoked', 'r', ARGV[1])
+end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[3], 'f', '1')
+  redis.call('DEL', KEYS[1])
+  ms = 0
+end
+redis.call('SET', KEYS[4], v, 'PX', ms + ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ms + ARGV[3])
+return 1

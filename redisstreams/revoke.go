@@ -1,0 +1,145 @@
+package redisstreams
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/lease"
+)
+
+// Revocation and lease status. Each lease key k has two more keys in its
+// slot (see lua/revoke.lua): a state record, b.keys.LeaseState(k), a hash
+// with the holder and token of the latest tenure (written by acquire of a
+// free key and by transfer, with the lease's ttl plus lease.StatusWindow)
+// and, once it was revoked or released, that status, the reason and whether
+// the revoke was forced (then it expires lease.StatusWindow after the lease
+// ended); and a revoked mark, b.keys.LeaseRevoked(k), holding the revoked
+// owner, which exists only from a revoke until the next tenure. Renewals
+// read only the revoked mark (renew_many.lua with one MGET for the batch)
+// and write neither: renew, refresh and transfer of a revoked tenure answer
+// {reason} instead of touching the lease.
+//
+// So a lease renewed for longer than lease.StatusWindow outlives its state
+// record: if it then expires, LeaseState reports lease.StatusNone rather
+// than lease.StatusExpired. Released and revoked leases are reported for
+// lease.StatusWindow after they ended.
+
+var (
+	//go:embed lua/revoke.lua
+	revokeLua    string
+	revokeScript = newLuaScript(revokeLua)
+
+	//go:embed lua/state.lua
+	stateLua    string
+	stateScript = newLuaScript(stateLua)
+)
+
+var _ lease.Revoker = (*Backend)(nil)
+
+// statusWindowMillis is lease.StatusWindow in milliseconds, the ARGV of the
+// lease scripts that keep the state record.
+var statusWindowMillis = ttlMillis(lease.StatusWindow)
+
+// revokeKeys returns the KEYS of revoke.lua and state.lua for key.
+func (b *Backend) revokeKeys(key string) []string {
+	return []string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)}
+}
+
+// revokedReply reports whether reply is a lease script's answer for a
+// revoked tenure, {reason}, and returns the reason.
+func revokedReply(reply any) (string, bool) {
+	v, ok := reply.([]any)
+	if !ok || len(v) != 1 {
+		return "", false
+	}
+	switch r := v[0].(type) {
+	case string:
+		return r, true
+	case nil:
+		return "", true
+	}
+	return "", false
+}
+
+// RevokeLease marks the live lease on key revoked, in one script
+// (lease.Revoker): from then on the holder's RenewLease, AcquireLease (its
+// refresh) and TransferLease return a *lease.RevokedError carrying reason,
+// its ReleaseLease still releases, and the key stays held by it until it
+// releases it or the lease expires, so that no other owner can acquire it
+// while the holder may still be working. It returns nil when the lease is
+// revoked (by this call or earlier; the first reason stays), an error
+// wrapping lease.ErrNotHeld when key has no live lease, an error wrapping
+// lease.ErrInvalid for an empty key or reason, and lease.ErrClosed after
+// Close.
+func (b *Backend) RevokeLease(ctx context.Context, key, reason string) error {
+	return b.revoke(ctx, key, reason, false)
+}
+
+// ForceRevokeLease is RevokeLease that also deletes the lease key at once,
+// so that the next acquire by anybody wins with a higher fencing token (see
+// lease.Revoker for when that is safe).
+func (b *Backend) ForceRevokeLease(ctx context.Context, key, reason string) error {
+	return b.revoke(ctx, key, reason, true)
+}
+
+func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) error {
+	if err := lease.CheckRevoke(key, reason); err != nil {
+		return err
+	}
+	if b.isClosed() {
+		return lease.ErrClosed
+	}
+	force := "0"
+	if forced {
+		force = "1"
+	}
+	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
+		b.revokeKeys(key), reason, force, statusWindowMillis)).Int64()
+	if err != nil {
+		return b.leaseErr("revoke", key, err)
+	}
+	if n == 0 {
+		return lease.NoLiveLeaseError(key)
+	}
+	return nil
+}
+
+// LeaseState returns the state of key, read atomically by one script
+// (lease.Revoker): the live lease (active, or revoked and not yet released),
+// or, within lease.StatusWindow after the last lease ended, whether it was
+// released, revoked or expired. Bad input returns an error wrapping
+// lease.ErrInvalid; after Close, lease.ErrClosed.
+func (b *Backend) LeaseState(ctx context.Context, key string) (lease.State, error) {
+	if err := lease.CheckKey(key); err != nil {
+		return lease.State{}, err
+	}
+	if b.isClosed() {
+		return lease.State{}, lease.ErrClosed
+	}
+	vals, err := b.runLease(ctx, newCall(ctx, stateScript,
+		b.revokeKeys(key))).Slice()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return lease.State{Key: key}, nil
+	case err != nil:
+		return lease.State{}, b.leaseErr("read the state of", key, err)
+	}
+	if len(vals) != 6 {
+		return lease.State{}, b.leaseErr("read the state of", key, fmt.Errorf("unexpected reply %v", vals))
+	}
+	status, ok1 := vals[0].(string)
+	owner, ok2 := vals[1].(string)
+	tok, ok3 := vals[2].(int64)
+	ms, ok4 := vals[3].(int64)
+	reason, ok5 := vals[4].(string)
+	forced, ok6 := vals[5].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return lease.State{}, b.leaseErr("read the state of", key, fmt.Errorf("unexpected reply %v", vals))
+	}
+	return lease.State{Key: key, Status: lease.Status(status), Owner: owner, Token: uint64(tok), TTL: pttl(ms),
+		Reason: reason, Forced: forced == "1"}, nil
+}

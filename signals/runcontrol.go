@@ -1,0 +1,181 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/leasebus/leasebus/lease"
+)
+
+// The owner's side of Cancel: finding this process's tenure of a thread and
+// cancelling the run that holds it (see Runtime.Cancel and the Control
+// section of the package documentation). A session calls ctlStarting,
+// ctlRunStarted, ctlRunEnded and ctlEnded at the points of its loop where a
+// run is about to start, starts, ends, and where the tenure ends.
+
+// localSession returns this process's tenure of thread, nil when none.
+func (rt *Runtime) localSession(thread string) *session {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.sessions[thread]
+}
+
+// cancelLocal applies a cancel of thread to this process's tenure and calls
+// reply exactly once with the outcome: at once, or (during a hand-off) when
+// the next run starts or the tenure ends.
+func (rt *Runtime) cancelLocal(thread string, cause error, drop string, reply func(cancelAnswer)) {
+	s := rt.localSession(thread)
+	if s == nil {
+		reply(cancelAnswer{outcome: outcomeGone})
+		return
+	}
+	s.requestCancel(cause, drop, reply)
+}
+
+// cancelLocalWait is cancelLocal that waits for the answer or ctx.
+func (rt *Runtime) cancelLocalWait(ctx context.Context, thread string, cause error, drop string) (cancelAnswer, error) {
+	ch := make(chan cancelAnswer, 1)
+	rt.cancelLocal(thread, cause, drop, func(a cancelAnswer) { ch <- a })
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-ctx.Done():
+		return cancelAnswer{}, fmt.Errorf("%w: the hand-off of thread %q did not start its next run in time: %w", ErrUnreachable, thread, ctx.Err())
+	}
+}
+
+// runControl is the cancel state of a session, guarded by session.mu.
+type runControl struct {
+	cancel   context.CancelCauseFunc // of the run whose agent is running; nil when none
+	runID    string
+	token    uint64
+	starting bool                 // a delivery was taken for a run that has not started (a hand-off)
+	pending  error                // cause to cancel that run with as it starts
+	waiters  []func(cancelAnswer) // answers owed once it started
+	ended    bool
+	drop     string // id of a drop mark: deliveries before it are dropped
+}
+
+// requestCancel cancels the session's running run, or the one it is
+// starting, and calls reply with the outcome.
+func (s *session) requestCancel(cause error, drop string, reply func(cancelAnswer)) {
+	select {
+	case <-s.ready:
+	default:
+		reply(cancelAnswer{outcome: outcomeGone}) // still acquiring: not the holder yet
+		return
+	}
+	if !s.acquired {
+		reply(cancelAnswer{outcome: outcomeGone})
+		return
+	}
+	s.mu.Lock()
+	c := &s.ctl
+	switch {
+	case c.ended:
+		s.mu.Unlock()
+		reply(cancelAnswer{outcome: outcomeGone})
+		return
+	case drop != "":
+		c.drop = drop
+	}
+	switch {
+	case c.cancel != nil:
+		cancel, a := c.cancel, cancelAnswer{outcome: outcomeCancelled, runID: c.runID, token: c.token}
+		s.mu.Unlock()
+		cancel(cause)
+		s.rt.emit(Event{Kind: Cancelled, Thread: s.thread, RunID: a.runID, Token: a.token, Err: cause})
+		reply(a)
+	case c.starting:
+		if c.pending == nil {
+			c.pending = cause
+		}
+		c.waiters = append(c.waiters, reply)
+		s.mu.Unlock()
+		s.rt.emit(Event{Kind: Cancelled, Thread: s.thread, Err: cause})
+	default:
+		s.mu.Unlock()
+		reply(cancelAnswer{outcome: outcomeNoRun})
+	}
+}
+
+// ctlStarting records that a delivery was taken for a new run.
+func (s *session) ctlStarting() {
+	s.mu.Lock()
+	s.ctl.starting = true
+	s.mu.Unlock()
+}
+
+// ctlRunStarted registers the run whose agent is about to be called, and
+// cancels it at once when a cancel came during its hand-off.
+func (s *session) ctlRunStarted(cancel context.CancelCauseFunc, runID string, token uint64) {
+	s.mu.Lock()
+	c := &s.ctl
+	c.starting = false
+	c.cancel, c.runID, c.token = cancel, runID, token
+	cause, waiters := c.pending, c.waiters
+	c.pending, c.waiters = nil, nil
+	s.mu.Unlock()
+	if cause == nil {
+		return
+	}
+	cancel(cause)
+	s.rt.emit(Event{Kind: Cancelled, Thread: s.thread, RunID: runID, Token: token, Err: cause})
+	for _, w := range waiters {
+		w(cancelAnswer{outcome: outcomeCancelled, runID: runID, token: token})
+	}
+}
+
+// ctlRunEnded records that the run's agent returned.
+func (s *session) ctlRunEnded() {
+	s.mu.Lock()
+	s.ctl.cancel = nil
+	s.mu.Unlock()
+}
+
+// ctlEnded records that the session is over and answers the cancels still
+// waiting for a run to start.
+func (s *session) ctlEnded() {
+	s.mu.Lock()
+	c := &s.ctl
+	c.ended, c.cancel, c.pending = true, nil, nil
+	waiters := c.waiters
+	c.waiters = nil
+	s.mu.Unlock()
+	for _, w := range waiters {
+		w(cancelAnswer{outcome: outcomeGone})
+	}
+}
+
+// cancelledOnly reports whether a run's ctx ended only because Cancel
+// cancelled it: its lease is still held and the runtime is not stopping it.
+// Such a run's signals count as done and the session goes on.
+func (s *session) cancelledOnly(ctx context.Context, held *lease.Held) bool {
+	return errors.Is(context.Cause(ctx), ErrCancelled) && held.Err() == nil && s.rt.hardCtx.Err() == nil
+}
+
+// dropped handles the deliveries of a drop: a drop mark is acked (ending
+// the drop when it is the awaited one); while a drop is on, a signal is
+// recorded as done and acked without running. It reports whether d was
+// handled.
+func (s *session) dropped(d delivery) bool {
+	if d.ev.Type == dropMarkType {
+		s.mu.Lock()
+		if s.ctl.drop == d.ev.ID {
+			s.ctl.drop = ""
+		}
+		s.mu.Unlock()
+		d.res <- nil
+		return true
+	}
+	s.mu.Lock()
+	drop, held, runID := s.ctl.drop != "", s.held, s.runID
+	s.mu.Unlock()
+	if !drop {
+		return false
+	}
+	s.complete(held, []delivery{d})
+	s.rt.emit(Event{Kind: SignalSkipped, Thread: s.thread, RunID: runID, Owner: held.Owner(), Signals: []Signal{toSignal(d.ev)}})
+	return true
+}

@@ -686,7 +686,8 @@ func (h *Held) Release(ctx context.Context) error {
 // Held ends with ErrTransferred.
 //
 // It returns an error wrapping ErrNotHeld, and this Held ends, when the
-// transfer was refused because the lease was lost; an error wrapping
+// transfer was refused because the lease was lost or revoked (then it also
+// matches ErrRevoked); an error wrapping
 // ErrNotHeld and the cause when this Held had already ended; ErrInvalid for
 // bad input (to empty or equal to Owner). On a transport error of the
 // transfer this Held goes on being kept (renewal tells whether the transfer
@@ -711,6 +712,11 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	ok, err := k.p.TransferLease(ctx, h.key, h.owner, to, h.ttl)
 	k.mu.Lock()
 	switch {
+	case errors.Is(err, ErrRevoked):
+		err = fmt.Errorf("%w: lease %q of %s: transfer to %s: %w", ErrNotHeld, h.key, h.owner, to, err)
+		k.endLocked(h, err, false)
+		k.mu.Unlock()
+		return nil, err
 	case err != nil:
 		if h.state == heldTransferring {
 			h.state = heldActive

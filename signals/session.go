@@ -235,7 +235,18 @@ func (s *session) loop() {
 		s.ctlEnded()
 		runID, owner := s.current()
 		if lost {
-			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
+			cause := context.Cause(held.Context())
+			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: cause})
+			if errors.Is(cause, lease.ErrRevoked) {
+				// A revoked lease stays with this owner until it stops:
+				// it has (the runs are over), so free the thread now
+				// rather than at its expiry.
+				ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+				if err := held.Release(ctx); err != nil {
+					rt.log.Warn("signals: release of a revoked lease failed", "thread", s.thread, "owner", owner, "err", err)
+				}
+				cancel()
+			}
 		} else {
 			if h := rt.cfg.hooks.beforeRelease; h != nil {
 				h(s.thread)

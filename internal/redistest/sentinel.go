@@ -167,8 +167,8 @@ func (s *Sentinel) Log() string {
 // closes it).
 func (s *Sentinel) ClientOptions() *redis.FailoverOptions {
 	return &redis.FailoverOptions{
-		MasterName:            s.MasterName(),
-		SentinelAddrs:         s.SentinelAddrs(),
+		MasterName:    s.MasterName(),
+		SentinelAddrs: s.SentinelAddrs(),
 	}
 }
 
@@ -190,7 +190,7 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 // [Sentinel.Master] returns it from then on. Writes the killed master had
 // not yet replicated are lost; the killed node stays down.
 //
-// Before killing, Failover waits (at most [ReadyTimeout]) until the sentinel
+// Before killing, Failover waits (at most [FailoverTimeout]) until the sentinel
 // knows a healthy replica to promote, so that it can be called again on a
 // deployment with replicas left (the sentinel points them at the new master
 // as part of the failover). It fails t at once when no replica is running.
@@ -210,7 +210,9 @@ func (s *Sentinel) Failover(t testing.TB) {
 	// Kill the node the sentinel reports now, settled, with a replica to
 	// promote (normally s.master: a spurious failover would have moved it).
 	var old *Server
-	s.waitForLocked(t, "a settled master with a healthy replica", ReadyTimeout, func() error {
+	// A sentinel learns of a replica that follows a new master from that
+	// master's INFO, which it reads every 10s: wait longer than that.
+	s.waitForLocked(t, "a settled master with a healthy replica", FailoverTimeout, func() error {
 		addr, err := s.reportedMaster()
 		if err != nil {
 			return err

@@ -29,6 +29,8 @@ const (
 	DefaultMaxEventSize = 1 << 20
 	DefaultBlockTime    = 2 * time.Second
 	DefaultBatchSize    = 256
+	// DefaultFenceIdle is Options.FenceIdle's default.
+	DefaultFenceIdle = time.Hour
 	// DefaultLeaseSyncTimeout is Options.LeaseSyncTimeout's default.
 	DefaultLeaseSyncTimeout = time.Second
 )
@@ -60,6 +62,18 @@ type Options struct {
 	Consumer string
 	// Logger receives the backend's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// FenceIdle is how long a lease key's fencing counter outlives the
+	// lease: a key with no lease for that long leaves no key behind. The
+	// next tenure's token is then taken from the server's clock (in
+	// microseconds), which is above every earlier token of the key unless
+	// the server's clock went back by more than FenceIdle. Default
+	// DefaultFenceIdle; at least 1s.
+	FenceIdle time.Duration
+	// LeaseStatusWindow is how long after a lease ended its status
+	// (released, expired, revoked) can still be read with LeaseState; the
+	// lease's state record and revoked mark are gone after it. Default
+	// lease.StatusWindow; at least 1s.
+	LeaseStatusWindow time.Duration
 	// LeaseSyncReplicas, when positive, makes AcquireLease and
 	// TransferLease report a win only once the lease and its fencing
 	// counter reached at least that many replicas (the script and WAIT sent
@@ -131,6 +145,18 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	switch {
+	case o.FenceIdle == 0:
+		o.FenceIdle = DefaultFenceIdle
+	case o.FenceIdle < time.Second:
+		return fmt.Errorf("%w: FenceIdle %v is below 1s", ErrInvalid, o.FenceIdle)
+	}
+	switch {
+	case o.LeaseStatusWindow == 0:
+		o.LeaseStatusWindow = lease.StatusWindow
+	case o.LeaseStatusWindow < time.Second:
+		return fmt.Errorf("%w: LeaseStatusWindow %v is below 1s", ErrInvalid, o.LeaseStatusWindow)
 	}
 	switch {
 	case o.LeaseSyncReplicas < 0:

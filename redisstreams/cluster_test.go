@@ -60,7 +60,7 @@ func testClusterLeaseKeySlots(t *testing.T, c *redis.ClusterClient) {
 		if got, ok := b.keys.ParseLease(lk); !ok || got != n {
 			t.Errorf("ParseLease(%q) = %q, %v; want %q", lk, got, ok, n)
 		}
-		if r := mustAcquire(t, b, n, "a", time.Minute); !r.Acquired || r.Token != 1 {
+		if r := mustAcquire(t, b, n, "a", time.Minute); !r.Acquired || r.Owner != "a" {
 			t.Fatalf("acquire %q = %+v, want a first tenure", n, r)
 		}
 		if !mustTransfer(t, b, n, "a", "b", time.Minute) {

@@ -17,10 +17,18 @@ import (
 
 // Lease layout. The lease on key k is the string key b.keys.Lease(k) holding
 // the owner, with a PX expiry set by the server; its fencing counter is
-// b.keys.Fence(k), an integer in the same hash slot with no TTL, which this
-// package only ever INCRs, and only when a new tenure starts (acquire of a
-// free key, transfer). So the counter's value is always the token of the live
-// lease, if any, and is read from there; the lease value needs no parsing.
+// b.keys.Fence(k), an integer in the same hash slot, which this package
+// raises only when a new tenure starts (acquire of a free key, transfer),
+// to max(counter + 1, the server's clock in microseconds). So the counter's
+// value is always the token of the live lease, if any, and is read from
+// there; the lease value needs no parsing. The counter expires
+// Options.FenceIdle after the lease could last (acquire, renew and transfer
+// push that back, so it always outlives the lease): a key idle that long
+// leaves no key behind, and its next tenure's token, taken from the clock,
+// is still above every earlier one (each earlier token is at most its
+// tenure's start in microseconds, plus the few tenures that started within
+// the same microsecond), unless the server's clock went back by more than
+// FenceIdle.
 //
 // Every operation is one Lua script run with EVALSHA (EVAL when the server
 // answers NOSCRIPT); expiry is counted by the server's clock only. Scripts
@@ -289,7 +297,7 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	}
 	c := newCall(ctx, acquireScript,
 		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
-		owner, ttlMillis(ttl), statusWindowMillis)
+		owner, ttlMillis(ttl), b.statusWindowMillis(), b.fenceIdleMillis())
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
@@ -361,7 +369,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 		return lease.ErrClosed
 	}
 	if err := b.runLease(ctx, newCall(ctx, releaseScript,
-		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, statusWindowMillis)).Err(); err != nil {
+		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, b.statusWindowMillis())).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
 	return nil
@@ -380,7 +388,8 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 		return false, lease.ErrClosed
 	}
 	reply, err := b.runLease(ctx, newCall(ctx, renewScript,
-		[]string{b.keys.Lease(key), b.keys.LeaseRevoked(key), b.keys.LeaseState(key)}, owner, ttlMillis(ttl))).Result()
+		[]string{b.keys.Lease(key), b.keys.LeaseRevoked(key), b.keys.LeaseState(key), b.keys.Fence(key)},
+		owner, ttlMillis(ttl), b.fenceIdleMillis())).Result()
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
 	}
@@ -410,7 +419,7 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	}
 	c := newCall(ctx, transferScript,
 		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
-		fromOwner, toOwner, ttlMillis(ttl), statusWindowMillis)
+		fromOwner, toOwner, ttlMillis(ttl), b.statusWindowMillis(), b.fenceIdleMillis())
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
@@ -445,6 +454,10 @@ func (b *Backend) batchErr(what string, err error) error {
 	}
 	return fmt.Errorf("redisstreams: %s: %w", what, err)
 }
+
+// fenceIdleMillis is Options.FenceIdle in milliseconds, as the scripts take
+// it.
+func (b *Backend) fenceIdleMillis() int64 { return b.opts.FenceIdle.Milliseconds() }
 
 // ttlMillis converts ttl (at least 1ms, as lease.CheckTTL ensures) to whole
 // milliseconds, rounding down so a lease never outlives what was asked.

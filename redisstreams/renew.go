@@ -161,14 +161,16 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 	rn := r.runs[i]
 	calls := make([]*leaseCall, rn.hi-rn.lo)
 	for ci, g := range r.groups[rn.lo:rn.hi] {
-		keys := make([]string, 2*len(g))
-		argv := make([]any, 2*len(g))
+		keys := make([]string, 3*len(g))
+		argv := make([]any, 2*len(g)+1)
 		for j, q := range g {
 			keys[j] = r.b.keys.Lease(r.reqs[q].Key)
 			keys[len(g)+j] = r.b.keys.LeaseRevoked(r.reqs[q].Key)
+			keys[2*len(g)+j] = r.b.keys.Fence(r.reqs[q].Key)
 			argv[j] = r.reqs[q].Owner
 			argv[len(g)+j] = ttlMillis(r.reqs[q].TTL)
 		}
+		argv[2*len(g)] = r.b.fenceIdleMillis()
 		calls[ci] = newCall(ctx, renewManyScript, keys, argv...)
 	}
 	r.b.sendCalls(ctx, calls)

@@ -40,9 +40,9 @@ var (
 
 var _ lease.Revoker = (*Backend)(nil)
 
-// statusWindowMillis is lease.StatusWindow in milliseconds, the ARGV of the
-// lease scripts that keep the state record.
-var statusWindowMillis = ttlMillis(lease.StatusWindow)
+// statusWindowMillis is Options.LeaseStatusWindow in milliseconds, the
+// ARGV of the scripts that keep a lease's state record.
+func (b *Backend) statusWindowMillis() int64 { return ttlMillis(b.opts.LeaseStatusWindow) }
 
 // revokeKeys returns the KEYS of revoke.lua and state.lua for key.
 func (b *Backend) revokeKeys(key string) []string {
@@ -98,7 +98,7 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 		force = "1"
 	}
 	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
-		b.revokeKeys(key), reason, force, statusWindowMillis)).Int64()
+		b.revokeKeys(key), reason, force, b.statusWindowMillis())).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
 	}
@@ -110,7 +110,7 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 
 // LeaseState returns the state of key, read atomically by one script
 // (lease.Revoker): the live lease (active, or revoked and not yet released),
-// or, within lease.StatusWindow after the last lease ended, whether it was
+// or, within Options.LeaseStatusWindow after the last lease ended, whether it was
 // released, revoked or expired. Bad input returns an error wrapping
 // lease.ErrInvalid; after Close, lease.ErrClosed.
 func (b *Backend) LeaseState(ctx context.Context, key string) (lease.State, error) {

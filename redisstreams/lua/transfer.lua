@@ -1,13 +1,14 @@
 -- transfer.lua: hand a lease from one owner to another in one atomic step.
 --
 -- KEYS[1]  lease key; its value is the owner
--- KEYS[2]  fencing counter of the lease (same hash slot; no TTL; never deleted)
+-- KEYS[2]  fencing counter of the lease (same hash slot; see acquire.lua)
 -- KEYS[3]  state record of the lease (see revoke.lua)
 -- KEYS[4]  revoked mark of the lease (see revoke.lua)
 -- ARGV[1]  fromOwner
 -- ARGV[2]  toOwner
 -- ARGV[3]  ttl in milliseconds (the server's clock counts it)
 -- ARGV[4]  status window in milliseconds
+-- ARGV[5]  fence idle time in milliseconds (see acquire.lua)
 --
 -- Returns the new owner's token (> 0) when fromOwner held the lease, else 0;
 -- {reason} when fromOwner's tenure was revoked (nothing changes). The lease
@@ -19,7 +20,9 @@ end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local tok = redis.call('INCR', KEYS[2])
+local t = redis.call('TIME')
+local tok = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3] + ARGV[5])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[3], 'o', ARGV[2], 't', tok, 's', '', 'r', '', 'f', '', 'e', '')
 redis.call('PEXPIRE', KEYS[3], ARGV[3] + ARGV[4])

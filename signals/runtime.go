@@ -384,6 +384,25 @@ const noticePollFirst = 2 * time.Millisecond
 // lease, and the handler leaves the lease alone for one recovery interval,
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
+	err := rt.handleNotice(ctx, ev)
+	if errors.Is(err, errRetry) && rt.isClosed() {
+		// Closing: hand the notice to the live runtimes at once (a copy
+		// they can take now, then the ack of this one) rather than leave it
+		// pending here until its ack deadline.
+		cp := pubsub.Event{Type: WakeType, Metadata: map[string]string{
+			metaThread: ev.Metadata[metaThread], metaSignal: ev.Metadata[metaSignal]}}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ttl)
+		defer cancel()
+		if perr := rt.ps.Publish(pctx, WorkTopic, cp); perr == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// handleNotice is onNotice's work; errRetry (a nack) means the signal is
+// not known to be done.
+func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	thread, id := ev.Metadata[metaThread], ev.Metadata[metaSignal]
 	if thread == "" || id == "" {
 		rt.log.Warn("signals: dropping malformed wake notice", "id", ev.ID)

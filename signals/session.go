@@ -281,6 +281,9 @@ func (s *session) loop() {
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
 		_ = sub.Unsubscribe(context.Background())
+		if !lost {
+			s.dropDrainedInbox()
+		}
 	}()
 	if rt.leases {
 		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
@@ -301,6 +304,12 @@ func (s *session) loop() {
 	for {
 		select {
 		case d := <-s.deliveries:
+			if rt.isClosed() {
+				// Close starts no run: the signal stays in the inbox for
+				// whoever takes the thread next.
+				d.res <- errRetry
+				return
+			}
 			if s.skip(d) {
 				continue
 			}
@@ -407,4 +416,26 @@ func callAgent(ctx context.Context, agent Agent, r *Run) (err error) {
 // read after that, before it noticed its lease was gone.
 func inboxAckDeadline(ttl time.Duration) time.Duration {
 	return max(ttl/4, 10*time.Millisecond)
+}
+
+// dropDrainedInbox deletes the thread's inbox when the pubsub can
+// (pubsub.DrainedDeleter) and the tenure leaves it drained: every signal
+// taken and acked, none waiting. The lease is still held, so no other
+// tenure reads the inbox meanwhile; a signal sent after the deletion starts
+// a new inbox, which the next tenure reads from its start. A failure is
+// logged: the inbox then stays until a later tenure drains it.
+func (s *session) dropDrainedInbox() {
+	dd, ok := s.rt.ps.(pubsub.DrainedDeleter)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)
+	defer cancel()
+	// (Not Flush: it waits for every local delivery, notice handlers
+	// waiting on this tenure included. An ack not yet written keeps the
+	// inbox, which is safe; redisstreams writes a subscription's acks
+	// before its Unsubscribe returns.)
+	if _, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(s.thread), InboxGroup); err != nil {
+		s.rt.log.Warn("signals: deleting a drained inbox failed", "thread", s.thread, "err", err)
+	}
 }

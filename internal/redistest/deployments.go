@@ -24,8 +24,8 @@ type Deployment struct {
 // Deployed is a running Deployment.
 type Deployed struct {
 	// NewClient returns a new client of the deployment with go-redis's
-	// default options (a *redis.Client, a *redis.ClusterClient or a
-	// Sentinel failover client), closed at the cleanup of the t it is
+	// default options (a *redis.Client as redisstreams.NewURL builds it, a
+	// *redis.ClusterClient or a Sentinel failover client), closed at the cleanup of the t it is
 	// given. Two clients are two processes' views of one store.
 	NewClient func(t testing.TB) redis.UniversalClient
 	// FastForward moves the server's clock by d, for lease expiry without

@@ -17,7 +17,10 @@
 //     gets a fencing token strictly greater than every earlier token of that
 //     key, across expiry and release too. Tokens never go backwards, so a
 //     resource that remembers the highest token it saw can reject the writes
-//     of a stale holder.
+//     of a stale holder. Tokens are opaque: only their order means anything
+//     (inmem counts 1, 2, 3; redisstreams takes the server clock in
+//     microseconds when a key's counter has expired, so its tokens are
+//     large).
 //   - Renew extends only a live lease held by the owner; it never re-creates
 //     an expired one.
 //   - Release deletes the lease only when the owner holds it: a stale owner

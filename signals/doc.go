@@ -173,6 +173,22 @@
 // in-process TestCancel* tests. BenchmarkCancel measures Cancel start → the
 // run's ctx done: see BENCHMARKS.md.
 //
+// # What a thread leaves behind
+//
+// A thread that ran leaves, per key of the backend: its inbox while a
+// tenure holds it or signals wait in it (a tenure that ends with the inbox
+// drained deletes it, when the pubsub implements pubsub.DrainedDeleter, as
+// redisstreams does); its done record, for the dedupe
+// window; and, on redisstreams, the lease state records for
+// Options.LeaseStatusWindow and the fencing counters for Options.FenceIdle
+// after the last lease of its keys ended. After the longest of those an idle
+// thread leaves nothing, and its next run still gets a higher token (a
+// tenure after the counter expired takes the server clock in microseconds).
+// TestThreadFootprint runs 10,000 threads on a real redis-server and finds
+// at most the shared work and control topics under the prefix once they are
+// idle past those windows. Close starts no new run and hands the wake
+// notices it holds to the live runtimes (TestCloseStartsNoRun).
+//
 // # Limits
 //
 // A Cancel reaches the run holding the thread when the owner handles the

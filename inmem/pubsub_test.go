@@ -18,6 +18,13 @@ import (
 func TestPubSub(t *testing.T) {
 	pubsubtest.Run(t, pubsubtest.Config{
 		New: func(*testing.T) pubsub.PubSub { return New() },
+		NewWithRetention: func(t *testing.T, retention int) pubsub.PubSub {
+			b, err := NewWithOptions(Options{Retention: retention})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
 		// One process: the peer is the backend itself.
 		NewPeer: func(_ *testing.T, ps pubsub.PubSub) pubsub.PubSub { return ps },
 		Features: pubsubtest.Features{

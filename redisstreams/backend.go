@@ -235,7 +235,8 @@ var (
 // returns when its ctx ends — but a single lease call, a publish or a read
 // may then block until the client's ReadTimeout (3s by default) on a network
 // that stops answering. New logs a warning for such a *redis.Client or
-// *redis.ClusterClient.
+// *redis.ClusterClient. New does not check the server's eviction policy;
+// call Backend.CheckEviction for that.
 func New(client redis.UniversalClient, o Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalid)
@@ -264,7 +265,10 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 
 // NewURL connects to the Redis at url (redis://, rediss:// or unix://, as
 // redis.ParseURL reads it), checks it answers PING within ctx, and returns a
-// Backend that owns the client (Close closes it). The client honours ctx
+// Backend that owns the client (Close closes it). It also reads the server's
+// maxmemory-policy (Backend.CheckEviction) and logs a warning naming the
+// policy when it is not noeviction; a server where CONFIG is disabled is
+// tolerated (a debug line). The client honours ctx
 // deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
 // Options.ConfigureClient may adjust the rest. An unparsable url returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
@@ -288,6 +292,7 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 		_ = client.Close()
 		return nil, err
 	}
+	b.warnEviction(ctx)
 	return b, nil
 }
 

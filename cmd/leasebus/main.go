@@ -48,6 +48,7 @@ func init() {
 		{name: "leases", summary: "list live leases: key, holder, fencing token, time left", run: runLeases},
 		{name: "tail", summary: "print the events of a topic as they arrive", run: runTail},
 		{name: "publish", summary: "publish one event to a topic", run: runPublish},
+		{name: "topics", summary: "delete a topic: its events and consumer groups (topics delete TOPIC)", run: runTopics},
 		{name: workerCommand, hidden: true, run: runWorker},
 	}
 }

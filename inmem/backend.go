@@ -79,15 +79,17 @@ type Options struct {
 	// DefaultRetention; pubsub.RetainAll (-1) keeps every event; otherwise it
 	// must be positive.
 	Retention int
-	// TopicIdleTTL is how long the Backend keeps what nobody uses: a group
-	// with no member that has read and acked everything is forgotten (with
-	// its position) TopicIdleTTL after its last member left, and a topic
-	// with no subscription and no group is forgotten with its retained
-	// events TopicIdleTTL after its last publish or subscription. A group
-	// subscribing again after that starts as a new group, where its
-	// StartFrom says. Idle state is looked for at most once a minute (by
-	// Clock), on Publish and Subscribe. Default DefaultTopicIdleTTL; it must
-	// not be negative.
+	// TopicIdleTTL is how long the Backend keeps a topic nobody uses: a
+	// topic with no fan-out subscription, no publish or subscribe for
+	// TopicIdleTTL, and whose groups have all had no member for TopicIdleTTL
+	// and have read and acked every event, is forgotten with its retained
+	// events and its groups (their positions). A group with an unread or
+	// unacked event is never forgotten, nor is its topic. A group
+	// subscribing to a forgotten topic starts as a new group, where its
+	// StartFrom says, on a topic that holds only what was published since.
+	// Idle topics are looked for at most once a minute (by Clock), on
+	// Publish and Subscribe. Default DefaultTopicIdleTTL; it must not be
+	// negative.
 	TopicIdleTTL time.Duration
 }
 

@@ -57,8 +57,12 @@ func (r *reader) idle(now time.Time, ttl time.Duration) bool {
 		r.cursor >= r.t.next && len(r.pending) == 0 && len(r.retries) == 0 && len(r.running) == 0
 }
 
-// sweep forgets, at most once per sweepEvery, the groups and topics nobody
-// uses (see Options.TopicIdleTTL). bus.mu must be held.
+// sweep forgets, at most once per sweepEvery, the topics nobody uses (see
+// Options.TopicIdleTTL): no fan-out subscription, no publish or subscribe
+// for the idle time, and every group idle (no member for the idle time and
+// nothing left to deliver). Groups go only with their topic, so a group that
+// subscribes again never finds its topic's old events without its old
+// position. bus.mu must be held.
 func (bus *bus) sweep(now time.Time) {
 	if now.Sub(bus.lastSweep) < sweepEvery {
 		return
@@ -67,12 +71,10 @@ func (bus *bus) sweep(now time.Time) {
 	ttl := bus.b.opts.TopicIdleTTL
 	for name, t := range bus.topics {
 		t.mu.Lock()
-		for g, r := range t.groups {
-			if r.idle(now, ttl) {
-				delete(t.groups, g)
-			}
+		idle := len(t.fanouts) == 0 && now.Sub(t.lastPublish) >= ttl
+		for _, r := range t.groups {
+			idle = idle && r.idle(now, ttl)
 		}
-		idle := len(t.fanouts) == 0 && len(t.groups) == 0 && now.Sub(t.lastPublish) >= ttl
 		t.mu.Unlock()
 		if idle {
 			delete(bus.topics, name)

@@ -14,19 +14,21 @@
 // Per topic, the Backend keeps the events a group has not acked or a fan-out
 // subscription has not read, plus at least the newest [Options].Retention
 // (pubsub.DefaultRetention, 100,000, as on every leasebus backend): see
-// "Retention" in package pubsub. A group with no member that has read and
-// acked everything is forgotten [Options].TopicIdleTTL (ten minutes by
-// default) after its last member left, and a topic with no subscription and
-// no group is forgotten, with its events, that long after its last publish
-// or subscription; a group with unread events is never forgotten. The
+// "Retention" in package pubsub. A topic nobody uses is forgotten, with its
+// events and groups, [Options].TopicIdleTTL (ten minutes by default) after
+// its last publish or subscription, once it has no fan-out subscription and
+// each of its groups has had no member for that long and has read and acked
+// every event; a group with an unread or unacked event is never forgotten.
+// The
 // Backend implements pubsub.TopicDeleter: DeleteTopic removes a topic's
 // events and groups at once. TestAbandonedTopicsAreForgotten uses 10,000
 // topics with a group each and 10,000 lease keys, then moves its clock past
 // the idle time: the heap after GC comes back within 256 KiB of where it
 // started.
 //
-// A lease leaves nothing behind once released or expired (expired leases are
-// dropped at the latest a minute, by the Clock, later). Fencing tokens come
+// A released lease leaves nothing behind; an expired one is dropped when it
+// is next looked at, or by the sweep of the whole lease table that a new
+// tenure runs at most once a minute (by the Clock). Fencing tokens come
 // from one counter for the whole Backend: each new tenure of any key takes
 // the next value, so the tokens of a key only grow, without a per-key
 // counter to keep.

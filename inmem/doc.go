@@ -19,8 +19,7 @@
 // its last publish or subscription, once it has no fan-out subscription and
 // each of its groups has had no member for that long and has read and acked
 // every event; a group with an unread or unacked event is never forgotten.
-// The
-// Backend implements pubsub.TopicDeleter: DeleteTopic removes a topic's
+// The Backend implements pubsub.TopicDeleter: DeleteTopic removes a topic's
 // events and groups at once. TestAbandonedTopicsAreForgotten uses 10,000
 // topics with a group each and 10,000 lease keys, then moves its clock past
 // the idle time: the heap after GC comes back within 256 KiB of where it

@@ -17,9 +17,12 @@ var (
 	trimScript = redis.NewScript(trimLua)
 )
 
-// trimMaxPerCall is the most entries one trim script removes; a stream
-// further over its retention is trimmed further by the next calls.
-const trimMaxPerCall = 10_000
+// trimMaxPerCall is the most entries one trim script removes (it reads them
+// with XRANGE first, so this bounds the script's time and memory); a stream
+// further over its retention, such as one whose slow group just caught up,
+// is trimmed further by the next calls, up to four times faster than
+// publishes can grow it.
+const trimMaxPerCall = 1_000
 
 // trimEvery returns 1/p of the chance that a publish also trims its stream:
 // a quarter of the retention, between 1 and 256. Trimming is random rather

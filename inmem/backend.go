@@ -2,6 +2,8 @@ package inmem
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -48,16 +50,74 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// Options configures a Backend. The zero value is valid.
+// ErrInvalid is wrapped by the errors about bad Options. Errors about bad
+// arguments of the pubsub and lease methods wrap pubsub.ErrInvalid and
+// lease.ErrInvalid instead, as those contracts say.
+var ErrInvalid = errors.New("inmem: invalid argument")
+
+// Defaults of Options.
+const (
+	// DefaultRetention is Options.Retention's default, the same as every
+	// leasebus backend's: pubsub.DefaultRetention (100,000 events).
+	DefaultRetention = pubsub.DefaultRetention
+	// DefaultTopicIdleTTL is Options.TopicIdleTTL's default.
+	DefaultTopicIdleTTL = 10 * time.Minute
+)
+
+// Options configures a Backend. The zero value is valid; each field's default
+// is the Default constant of the same name.
 type Options struct {
-	// Clock is the lease clock. Default: the system clock.
+	// Clock tells the time of lease expiry, ack deadlines and idle times
+	// (TopicIdleTTL). Default: the system clock.
 	Clock Clock
+	// Retention is how many of each topic's newest events the Backend keeps
+	// at least, for StartFrom(Earliest) to replay (see "Retention" in package
+	// pubsub). Events a group has not acked, or a fan-out subscription has
+	// not read, are kept whatever it says. It trims in steps of a quarter of
+	// Retention (at least 64 events), so a topic holds up to about 1.25 ×
+	// Retention events beyond what its readers still need. Default
+	// DefaultRetention; pubsub.RetainAll (-1) keeps every event; otherwise it
+	// must be positive.
+	Retention int
+	// TopicIdleTTL is how long the Backend keeps a topic nobody uses: a
+	// topic with no fan-out subscription, no publish or subscribe for
+	// TopicIdleTTL, and whose groups have all had no member for TopicIdleTTL
+	// and have read and acked every event, is forgotten with its retained
+	// events and its groups (their positions). A group with an unread or
+	// unacked event is never forgotten, nor is its topic. A group
+	// subscribing to a forgotten topic starts as a new group, where its
+	// StartFrom says, on a topic that holds only what was published since.
+	// Idle topics are looked for at most once a minute (by Clock), on
+	// Publish and Subscribe. Default DefaultTopicIdleTTL; it must not be
+	// negative.
+	TopicIdleTTL time.Duration
+}
+
+// validate fills in the defaults of o, or reports the first bad field.
+func (o *Options) validate() error {
+	switch {
+	case o.Retention == 0:
+		o.Retention = DefaultRetention
+	case o.Retention < pubsub.RetainAll:
+		return fmt.Errorf("%w: Retention %d is below -1 (pubsub.RetainAll)", ErrInvalid, o.Retention)
+	}
+	switch {
+	case o.TopicIdleTTL == 0:
+		o.TopicIdleTTL = DefaultTopicIdleTTL
+	case o.TopicIdleTTL < 0:
+		return fmt.Errorf("%w: TopicIdleTTL %v is negative", ErrInvalid, o.TopicIdleTTL)
+	}
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
+	return nil
 }
 
 // Backend is an in-process pubsub.PubSub and lease.Provider. It is safe for
 // concurrent use. Create it with New or NewWithOptions and Close it when done.
 type Backend struct {
 	clock Clock
+	opts  Options
 	life  lifecycle.Closer
 
 	leases leaseTable // lease.go
@@ -65,24 +125,29 @@ type Backend struct {
 }
 
 var (
-	_ pubsub.PubSub      = (*Backend)(nil)
-	_ lease.Provider     = (*Backend)(nil)
-	_ lease.Inspector    = (*Backend)(nil)
-	_ lease.BatchRenewer = (*Backend)(nil)
+	_ pubsub.PubSub       = (*Backend)(nil)
+	_ pubsub.TopicDeleter = (*Backend)(nil)
+	_ lease.Provider      = (*Backend)(nil)
+	_ lease.Inspector     = (*Backend)(nil)
+	_ lease.BatchRenewer  = (*Backend)(nil)
 )
 
 // New returns a Backend with default options.
-func New() *Backend { return NewWithOptions(Options{}) }
+func New() *Backend {
+	b, _ := NewWithOptions(Options{}) // the zero Options are valid
+	return b
+}
 
-// NewWithOptions returns a Backend configured by o.
-func NewWithOptions(o Options) *Backend {
-	b := &Backend{clock: o.Clock}
-	if b.clock == nil {
-		b.clock = systemClock{}
+// NewWithOptions returns a Backend configured by o, or an error wrapping
+// ErrInvalid that names a bad field.
+func NewWithOptions(o Options) (*Backend, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
+	b := &Backend{clock: o.Clock, opts: o}
 	b.leases.init()
 	b.bus.init(b)
-	return b
+	return b, nil
 }
 
 // Close stops every subscription (waiting for running handlers to return)

@@ -12,17 +12,29 @@ import (
 
 // leaseTable holds the leases of a Backend. Expiry is lazy: a lease whose
 // deadline has passed (as the Backend's Clock reads it) counts as free and is
-// dropped the next time it is looked at. The fencing counter of each key
-// lives apart from the lease and is never reset, so tokens keep growing
-// across expiry and release.
+// dropped the next time it is looked at, or by a sweep of the whole table
+// that a new tenure runs at most once per leaseSweepEvery of the Clock.
+//
+// Fencing tokens come from one counter for the whole Backend, never reset:
+// each new tenure, of any key, takes the next value. So the tokens of one key
+// are strictly increasing across expiry, release and transfer without any
+// per-key state: a released or expired key leaves nothing behind, and the
+// table holds only live leases (and expired ones until the next sweep).
 type leaseTable struct {
-	mu    sync.Mutex
-	live  map[string]leaseEntry
-	fence map[string]uint64
+	mu        sync.Mutex
+	live      map[string]leaseEntry
+	token     uint64    // the last token handed out
+	lastSweep time.Time // by the Backend's Clock; zero before the first tenure
+	peak      int       // most entries live has held since its table was made
 
 	marks      map[string]*leaseMark // revoke.go: status of the latest tenures
 	marksSwept time.Time
+	marksPeak  int // most entries marks has held since its table was made
 }
+
+// leaseSweepEvery is how often (by the Backend's Clock) a new tenure drops
+// every expired lease from the table.
+const leaseSweepEvery = time.Minute
 
 type leaseEntry struct {
 	owner   string
@@ -32,7 +44,28 @@ type leaseEntry struct {
 
 func (t *leaseTable) init() {
 	t.live = make(map[string]leaseEntry)
-	t.fence = make(map[string]uint64)
+}
+
+// sweepLocked drops every expired lease, at most once per leaseSweepEvery,
+// and gives the map a fresh table when most of it was dropped (a Go map does
+// not shrink by itself).
+func (t *leaseTable) sweepLocked(now time.Time) {
+	if t.lastSweep.IsZero() {
+		t.lastSweep = now
+	}
+	if now.Sub(t.lastSweep) < leaseSweepEvery {
+		return
+	}
+	t.lastSweep = now
+	for key, e := range t.live {
+		if !now.Before(e.expires) {
+			delete(t.live, key)
+		}
+	}
+	if t.peak >= 1024 && len(t.live) < t.peak/4 {
+		t.live = shrunk(t.live)
+		t.peak = len(t.live)
+	}
 }
 
 // getLocked returns the live lease on key at now, dropping an expired one.
@@ -50,10 +83,12 @@ func (t *leaseTable) getLocked(key string, now time.Time) (leaseEntry, bool) {
 
 // newTenureLocked gives key to owner with the next fencing token.
 func (t *leaseTable) newTenureLocked(key, owner string, ttl time.Duration, now time.Time) leaseEntry {
-	t.fence[key]++
-	e := leaseEntry{owner: owner, token: t.fence[key], expires: now.Add(ttl)}
+	t.sweepLocked(now)
+	t.token++
+	e := leaseEntry{owner: owner, token: t.token, expires: now.Add(ttl)}
 	t.live[key] = e
 	t.markTenureLocked(key, e, now)
+	t.peak = max(t.peak, len(t.live))
 	return e
 }
 
@@ -83,7 +118,9 @@ func (b *Backend) leaseCall(ctx context.Context, check error) error {
 
 // AcquireLease takes key for owner for ttl when the key is free, expired or
 // already owner's (then the TTL is refreshed and the token kept). A new
-// tenure gets a fencing token one above the key's previous highest. When
+// tenure gets a fencing token above every token the Backend handed out
+// before, for any key (one counter for the whole Backend), so above every
+// earlier token of key. When
 // another owner holds the key it returns Acquired false with that owner, its
 // token and the time left, and a nil error. A refresh by a holder whose
 // tenure was revoked (see RevokeLease) returns a *lease.RevokedError. It returns an error wrapping
@@ -128,7 +165,8 @@ func (b *Backend) GetLeaseOwner(ctx context.Context, key string) (string, error)
 }
 
 // ReleaseLease deletes the lease on key when owner holds it, and otherwise
-// does nothing and returns nil. The fencing counter is kept. Errors as for
+// does nothing and returns nil. Nothing of the key is left behind: the next
+// tenure's token still comes from the Backend-wide counter. Errors as for
 // AcquireLease.
 func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := b.leaseCall(ctx, lease.CheckRelease(key, owner)); err != nil {

@@ -15,7 +15,10 @@ func TestLeaseConformance(t *testing.T) {
 	leasetest.Run(t, leasetest.Config{
 		New: func(t *testing.T) lease.Provider {
 			c := inmem.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := inmem.NewWithOptions(inmem.Options{Clock: c})
+			b, err := inmem.NewWithOptions(inmem.Options{Clock: c})
+			if err != nil {
+				t.Fatal(err)
+			}
 			clocks.Store(b, c)
 			t.Cleanup(func() {
 				b.Close()

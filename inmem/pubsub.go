@@ -14,17 +14,10 @@ import (
 	"github.com/leasebus/leasebus/pubsub"
 )
 
-// Retention and housekeeping of the in-memory topic logs.
+// Housekeeping of the in-memory topic logs (retention.go has the rest).
 const (
-	// retainPerTopic is how many of a topic's newest events are kept beyond
-	// what its readers still need, so that StartFrom(Earliest) has something
-	// to read. Events a fan-out subscription or a group has not read yet are
-	// never trimmed.
-	retainPerTopic = 1024
-	// idleTopicAfter is how long a topic with no subscription and no group
-	// is kept after its last publish.
-	idleTopicAfter = 10 * time.Minute
-	// sweepEvery is how often Publish looks for idle topics to forget.
+	// sweepEvery is how often (by the Backend's Clock) Publish and Subscribe
+	// look for idle groups and topics to forget.
 	sweepEvery = time.Minute
 	// deadlinePoll bounds the wait for an ack deadline when the Backend's
 	// clock is not the system clock, since such a clock cannot wake anyone.
@@ -43,8 +36,11 @@ type bus struct {
 	topics    map[string]*topic
 	subs      map[*subscription]struct{}
 	lastSweep time.Time
-	pubs      sync.WaitGroup // publishes in flight
-	closed    chan struct{}  // closed when close has finished
+	// peakTopics and peakSubs are the most entries topics and subs have
+	// held since their tables were made (sweep makes smaller ones).
+	peakTopics, peakSubs int
+	pubs                 sync.WaitGroup // publishes in flight
+	closed               chan struct{}  // closed when close has finished
 
 	progressMu sync.Mutex
 	progress   chan struct{} // closed on progress, when someone waits
@@ -55,7 +51,7 @@ func (bus *bus) init(b *Backend) {
 	bus.topics = make(map[string]*topic)
 	bus.subs = make(map[*subscription]struct{})
 	bus.closed = make(chan struct{})
-	bus.lastSweep = time.Now()
+	bus.lastSweep = b.clock.Now()
 }
 
 // close stops every subscription, waits for their handlers and forgets the
@@ -112,9 +108,9 @@ type topic struct {
 	mu          sync.Mutex
 	events      []pubsub.Event // retained events; events[i] has sequence base+i
 	base        uint64
-	next        uint64 // sequence of the next event
-	trimAt      int    // len(events) at which the next trim is tried
-	lastPublish time.Time
+	next        uint64    // sequence of the next event
+	trimAt      int       // len(events) at which the next trim is tried
+	lastPublish time.Time // of the last publish or subscribe, by the Backend's Clock
 	fanouts     map[*reader]struct{}
 	groups      map[string]*reader
 }
@@ -126,54 +122,16 @@ func (bus *bus) lockTopic(name string) *topic {
 	if t == nil {
 		t = &topic{
 			name:        name,
-			trimAt:      2 * retainPerTopic,
-			lastPublish: time.Now(),
+			trimAt:      bus.trimStep(),
+			lastPublish: bus.b.clock.Now(),
 			fanouts:     make(map[*reader]struct{}),
 			groups:      make(map[string]*reader),
 		}
 		bus.topics[name] = t
+		bus.peakTopics = max(bus.peakTopics, len(bus.topics))
 	}
 	t.mu.Lock()
 	return t
-}
-
-// sweep forgets topics that nobody reads and nobody published to for
-// idleTopicAfter. bus.mu must be held.
-func (bus *bus) sweep(now time.Time) {
-	if now.Sub(bus.lastSweep) < sweepEvery {
-		return
-	}
-	bus.lastSweep = now
-	for name, t := range bus.topics {
-		t.mu.Lock()
-		idle := len(t.fanouts) == 0 && len(t.groups) == 0 && now.Sub(t.lastPublish) >= idleTopicAfter
-		t.mu.Unlock()
-		if idle {
-			delete(bus.topics, name)
-		}
-	}
-}
-
-// trim drops the events every reader has read, except the newest
-// retainPerTopic. t.mu must be held.
-func (t *topic) trim() {
-	keep := t.base
-	if t.next > retainPerTopic {
-		keep = t.next - retainPerTopic
-	}
-	for r := range t.fanouts {
-		keep = min(keep, r.cursor)
-	}
-	for _, r := range t.groups {
-		keep = min(keep, r.cursor)
-	}
-	if keep > t.base {
-		n := int(keep - t.base)
-		clear(t.events[:n])
-		t.events = t.events[n:]
-		t.base = keep
-	}
-	t.trimAt = len(t.events) + retainPerTopic
 }
 
 // Publish stores e on topic and returns once it is in the topic's log, where
@@ -184,8 +142,10 @@ func (t *topic) trim() {
 // ctx has ended. Publish never blocks on subscribers.
 //
 // The Backend keeps, per topic, the events some subscription or group has
-// yet to read plus the newest 1024, which is what StartFrom(Earliest) reads;
-// a topic nobody subscribes to is forgotten after ten idle minutes.
+// yet to read or ack plus at least the newest Options.Retention (100,000 by
+// default), which is what StartFrom(Earliest) reads; a topic nobody
+// subscribes to is forgotten after Options.TopicIdleTTL (ten minutes by
+// default).
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
 	if b.isClosed() {
 		return pubsub.ErrClosed
@@ -214,7 +174,7 @@ func (bus *bus) publish(name string, e pubsub.Event) error {
 	}
 	bus.pubs.Add(1)
 	defer bus.pubs.Done()
-	now := time.Now()
+	now := bus.b.clock.Now()
 	bus.sweep(now)
 	t := bus.lockTopic(name)
 	bus.mu.Unlock()
@@ -223,7 +183,7 @@ func (bus *bus) publish(name string, e pubsub.Event) error {
 	t.next++
 	t.lastPublish = now
 	if len(t.events) >= t.trimAt {
-		t.trim()
+		t.trim(bus.b.opts.Retention, bus.trimStep())
 	}
 	for r := range t.fanouts {
 		r.notify()
@@ -277,8 +237,11 @@ func (bus *bus) subscribe(name string, p *pubsub.Policy, cfg pubsub.SubscribeCon
 	if bus.closing {
 		return nil, pubsub.ErrClosed
 	}
+	now := bus.b.clock.Now()
+	bus.sweep(now)
 	t := bus.lockTopic(name)
 	defer t.mu.Unlock()
+	t.lastPublish = now
 
 	start := t.next
 	if cfg.StartFrom == pubsub.Earliest {
@@ -308,6 +271,7 @@ func (bus *bus) subscribe(name string, p *pubsub.Policy, cfg pubsub.SubscribeCon
 	}
 	r.members = append(r.members, s)
 	bus.subs[s] = struct{}{}
+	bus.peakSubs = max(bus.peakSubs, len(bus.subs))
 	s.live.Store(int32(cfg.Concurrency))
 	for range cfg.Concurrency {
 		go s.work()
@@ -430,6 +394,9 @@ type reader struct {
 	pending map[*item]struct{} // group attempts in flight, with deadlines
 	running map[uint64]int     // attempts in flight, by sequence
 	wake    chan struct{}      // closed on news, when a worker waits
+	// idleSince is when the last member left, by the Backend's Clock (zero
+	// while it never had one).
+	idleSince time.Time
 }
 
 func newReader(t *topic, group string, cursor uint64) *reader {
@@ -580,6 +547,9 @@ func (s *subscription) stop(byClose bool) {
 				r.members = append(r.members[:i], r.members[i+1:]...)
 				break
 			}
+		}
+		if len(r.members) == 0 {
+			r.idleSince = s.bus.b.clock.Now()
 		}
 		if r.group == "" {
 			delete(t.fanouts, r)

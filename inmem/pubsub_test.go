@@ -18,6 +18,13 @@ import (
 func TestPubSub(t *testing.T) {
 	pubsubtest.Run(t, pubsubtest.Config{
 		New: func(*testing.T) pubsub.PubSub { return New() },
+		NewWithRetention: func(t *testing.T, retention int) pubsub.PubSub {
+			b, err := NewWithOptions(Options{Retention: retention})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
 		// One process: the peer is the backend itself.
 		NewPeer: func(_ *testing.T, ps pubsub.PubSub) pubsub.PubSub { return ps },
 		Features: pubsubtest.Features{
@@ -71,7 +78,10 @@ func mustFlush(t *testing.T, b *Backend) {
 // passes when a ManualClock is moved two hours on.
 func TestAckDeadlineFollowsClock(t *testing.T) {
 	clock := NewManualClock(time.Unix(1_700_000_000, 0))
-	b := NewWithOptions(Options{Clock: clock})
+	b, err := NewWithOptions(Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer b.Close()
 	stuck := make(chan string, 1)
 	again := make(chan pubsub.Event, 1)
@@ -110,10 +120,14 @@ func retained(b *Backend, name string) (n int, ok bool) {
 }
 
 // The log keeps every event a group without members still has to read, and
-// trims to about retainPerTopic once every reader is past.
+// trims to about Retention once every reader is past.
 func TestLogKeepsWhatReadersNeedAndNoMore(t *testing.T) {
+	const retainPerTopic = 1024
 	const n = 5 * retainPerTopic
-	b := New()
+	b, err := NewWithOptions(Options{Retention: retainPerTopic})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer b.Close()
 	ctx := context.Background()
 	var fan atomic.Int64
@@ -156,7 +170,7 @@ func TestLogKeepsWhatReadersNeedAndNoMore(t *testing.T) {
 	}
 }
 
-// A topic nobody subscribes to is forgotten after idleTopicAfter; one with a
+// A topic nobody subscribes to is forgotten after DefaultTopicIdleTTL; one with a
 // subscription is kept.
 func TestIdleTopicsAreForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -165,7 +179,7 @@ func TestIdleTopicsAreForgotten(t *testing.T) {
 		mustPublish(t, b, "idle", pubsub.Event{Type: "e"})
 		sub := mustSubscribe(t, b, "watched", func(context.Context, pubsub.Event) error { return nil })
 		defer sub.Unsubscribe(context.Background())
-		time.Sleep(idleTopicAfter + sweepEvery)
+		time.Sleep(DefaultTopicIdleTTL + sweepEvery)
 		mustPublish(t, b, "other", pubsub.Event{Type: "e"}) // sweeps
 		if _, ok := retained(b, "idle"); ok {
 			t.Error("idle topic still kept")

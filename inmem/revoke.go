@@ -30,6 +30,7 @@ func (t *leaseTable) markTenureLocked(key string, e leaseEntry, now time.Time) {
 	}
 	t.sweepMarksLocked(now)
 	t.marks[key] = &leaseMark{owner: e.owner, token: e.token, until: e.expires}
+	t.marksPeak = max(t.marksPeak, len(t.marks))
 }
 
 // markExtendLocked records that the live lease e of key was refreshed.
@@ -70,6 +71,11 @@ func (t *leaseTable) sweepMarksLocked(now time.Time) {
 		if _, live := t.live[key]; !live && now.Sub(m.until) > lease.StatusWindow {
 			delete(t.marks, key)
 		}
+	}
+	// Go maps do not shrink: rebuild one that is mostly empty.
+	if t.marksPeak >= 1024 && len(t.marks) < t.marksPeak/4 {
+		t.marks = shrunk(t.marks)
+		t.marksPeak = len(t.marks)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -168,4 +169,21 @@ func TestKeepErrAtDeadline(t *testing.T) {
 			t.Fatal("Done not closed at the deadline")
 		}
 	})
+}
+
+// TestSpinningValuesRejected: option values that would make a Keeper or
+// Wait spin are errors naming the field.
+func TestSpinningValuesRejected(t *testing.T) {
+	b := inmem.New()
+	defer b.Close()
+	k := lease.NewKeeper(b, lease.KeeperOptions{RenewEvery: time.Nanosecond})
+	defer k.Close()
+	if _, err := k.Keep(t.Context(), "k", "a", time.Second); !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "RenewEvery") {
+		t.Errorf("Keep with RenewEvery 1ns = %v, want ErrInvalid naming RenewEvery", err)
+	}
+	for _, bo := range []lease.Backoff{{Min: time.Nanosecond}, {Max: time.Microsecond}} {
+		if _, err := lease.Wait(t.Context(), b, "w", "a", time.Second, bo); !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "backoff") {
+			t.Errorf("Wait with %+v = %v, want ErrInvalid naming the backoff", bo, err)
+		}
+	}
 }

@@ -18,7 +18,7 @@
 //     key, across expiry and release too. Tokens never go backwards, so a
 //     resource that remembers the highest token it saw can reject the writes
 //     of a stale holder. Tokens are opaque: only their order means anything
-//     (inmem counts 1, 2, 3; redisstreams takes the server clock in
+//     (inmem counts up across all its keys; redisstreams takes the server clock in
 //     microseconds when a key's counter has expired, so its tokens are
 //     large).
 //   - Renew extends only a live lease held by the owner; it never re-creates

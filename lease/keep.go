@@ -33,8 +33,8 @@ const (
 // KeeperOptions configures a Keeper. The zero value is valid.
 type KeeperOptions struct {
 	// RenewEvery is how often each Held is renewed. Default (0): a third of
-	// the Held's TTL. It must not be negative, and Keep rejects (ErrInvalid)
-	// a ttl that is not longer than RenewEvery.
+	// the Held's TTL. Keep rejects (ErrInvalid) a RenewEvery below 1ms (it
+	// would spin) and a ttl that is not longer than RenewEvery.
 	RenewEvery time.Duration
 }
 
@@ -214,6 +214,8 @@ func (k *Keeper) interval(ttl time.Duration) (time.Duration, error) {
 	switch {
 	case k.every < 0:
 		return 0, fmt.Errorf("%w: RenewEvery %v is negative", ErrInvalid, k.every)
+	case k.every > 0 && k.every < time.Millisecond:
+		return 0, fmt.Errorf("%w: RenewEvery %v is below 1ms", ErrInvalid, k.every)
 	case k.every == 0:
 		return ttl / 3, nil
 	case k.every >= ttl:

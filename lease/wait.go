@@ -27,8 +27,9 @@ const waitSlack = 10 * time.Millisecond
 // Min·2ⁿ capped at Max, then jittered to a random point in its upper half.
 // The zero value means DefaultBackoffMin..DefaultBackoffMax. A zero Min means
 // DefaultBackoffMin (or Max, when Max is shorter); a zero Max means the
-// larger of DefaultBackoffMax and Min. Negative values, or a Min above a
-// non-zero Max, are invalid (ErrInvalid, naming the field).
+// larger of DefaultBackoffMax and Min. Negative values, values below 1ms
+// (other than zero), or a Min above a non-zero Max, are invalid
+// (ErrInvalid, naming the field).
 type Backoff struct {
 	Min, Max time.Duration
 }
@@ -41,6 +42,10 @@ func (b Backoff) bounds() (lo, hi time.Duration, err error) {
 		return 0, 0, fmt.Errorf("%w: backoff Max %v is negative", ErrInvalid, b.Max)
 	case b.Max > 0 && b.Min > b.Max:
 		return 0, 0, fmt.Errorf("%w: backoff Min %v is above Max %v", ErrInvalid, b.Min, b.Max)
+	case b.Min > 0 && b.Min < time.Millisecond:
+		return 0, 0, fmt.Errorf("%w: backoff Min %v is below 1ms (Wait would hammer the provider)", ErrInvalid, b.Min)
+	case b.Max > 0 && b.Max < time.Millisecond:
+		return 0, 0, fmt.Errorf("%w: backoff Max %v is below 1ms (Wait would hammer the provider)", ErrInvalid, b.Max)
 	}
 	lo, hi = b.Min, b.Max
 	if lo == 0 {

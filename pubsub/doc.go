@@ -36,6 +36,29 @@
 // Exactly-once processing is not offered: use [Event.ID] to make effects
 // idempotent.
 //
+// # Retention
+//
+// A backend keeps a topic's events for two reasons, and removes an event only
+// when neither holds:
+//
+//   - A consumer group still needs it: it has not been delivered to the
+//     group yet, or it was delivered and not acked. No trim ever removes such
+//     an event, whatever the retention: a group that falls behind (or has no
+//     member for a while) makes its topic's log grow until it catches up, and
+//     a group nobody will read again should be removed with the topic
+//     ([TopicDeleter]).
+//   - It is one of the topic's newest Retention events: both leasebus
+//     backends have an option Retention (default [DefaultRetention],
+//     100,000; [RetainAll] keeps everything), and keep at least that many,
+//     which is what StartFrom(Earliest) replays to a new group or fan-out
+//     subscription.
+//
+// Backends may keep more than that (they trim in steps, not on every
+// publish). Fan-out subscriptions are not durable: an in-process backend
+// never trims ahead of one, but a backend shared between processes may, once
+// it falls more than Retention events behind. Each backend documents how it
+// forgets topics nobody uses.
+//
 // # Delivery policy
 //
 // What happens around a handler call is the same on every backend because it

@@ -49,6 +49,14 @@ const (
 	// event never waits longer than this, or than the RedeliveryDelay given
 	// when that is longer.
 	MaxRedeliveryDelay = time.Second
+	// MaxConcurrency is the largest Concurrency a subscription may ask
+	// for: each handler slot is a goroutine (and, on redisstreams, a slot of
+	// read-ahead), so a larger value would only exhaust memory.
+	MaxConcurrency = 1 << 16
+	// MinAckDeadline is the shortest AckDeadline: backends count ack
+	// deadlines in milliseconds, and a shorter one would hand every delivery
+	// to another member as soon as it started.
+	MinAckDeadline = time.Millisecond
 )
 
 // SubscribeConfig is the result of applying SubscribeOptions. Backends read
@@ -104,11 +112,14 @@ func StartFrom(p Position) SubscribeOption {
 }
 
 // Concurrency sets how many handlers of the subscription may run at once
-// (default 1, in order). n must be at least 1.
+// (default 1, in order). n must be at least 1 and at most MaxConcurrency.
 func Concurrency(n int) SubscribeOption {
 	return func(c *SubscribeConfig) {
-		if n < 1 {
+		switch {
+		case n < 1:
 			c.fail(fmt.Errorf("%w: concurrency %d is below 1", ErrInvalid, n))
+		case n > MaxConcurrency:
+			c.fail(fmt.Errorf("%w: concurrency %d is above %d (MaxConcurrency)", ErrInvalid, n, MaxConcurrency))
 		}
 		c.Concurrency = n
 	}
@@ -117,11 +128,14 @@ func Concurrency(n int) SubscribeOption {
 // AckDeadline sets how long a delivery may stay unacked before it is
 // redelivered to a live member (default DefaultAckDeadline). A handler that
 // runs longer than d may see its event delivered again elsewhere, so d should
-// exceed the longest handler. d must be positive.
+// exceed the longest handler. d must be at least MinAckDeadline (1ms).
 func AckDeadline(d time.Duration) SubscribeOption {
 	return func(c *SubscribeConfig) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			c.fail(fmt.Errorf("%w: ack deadline %v is not positive", ErrInvalid, d))
+		case d < MinAckDeadline:
+			c.fail(fmt.Errorf("%w: ack deadline %v is below %v (MinAckDeadline)", ErrInvalid, d, MinAckDeadline))
 		}
 		c.AckDeadline = d
 	}

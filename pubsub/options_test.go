@@ -56,6 +56,11 @@ func TestApplyOptionsRejectsBadInput(t *testing.T) {
 		{"ConcurrencyNegative", []pubsub.SubscribeOption{pubsub.Concurrency(-3)}, "concurrency -3"},
 		{"AckDeadlineZero", []pubsub.SubscribeOption{pubsub.AckDeadline(0)}, "ack deadline 0s"},
 		{"AckDeadlineNegative", []pubsub.SubscribeOption{pubsub.AckDeadline(-time.Second)}, "ack deadline -1s"},
+		{"ConcurrencyTooLarge", []pubsub.SubscribeOption{pubsub.Concurrency(pubsub.MaxConcurrency + 1)}, "concurrency 65537"},
+		{"ConcurrencyHuge", []pubsub.SubscribeOption{pubsub.Concurrency(1 << 40)}, "concurrency 1099511627776"},
+		{"AckDeadlineOneNanosecond", []pubsub.SubscribeOption{pubsub.AckDeadline(time.Nanosecond)}, "ack deadline 1ns"},
+		{"AckDeadlineBelowMillisecond", []pubsub.SubscribeOption{pubsub.AckDeadline(999 * time.Microsecond)}, "ack deadline 999µs"},
+		{"RedeliveryDelayNegative", []pubsub.SubscribeOption{pubsub.RedeliveryDelay(-time.Millisecond)}, "redelivery delay -1ms"},
 		{"MaxDeliveriesNegative", []pubsub.SubscribeOption{pubsub.MaxDeliveries(-1)}, "max deliveries -1"},
 		{"NilOption", []pubsub.SubscribeOption{pubsub.Concurrency(1), nil}, "option 1"},
 		{"FirstErrorWins", []pubsub.SubscribeOption{pubsub.Concurrency(0), pubsub.MaxDeliveries(-1)}, "concurrency"},
@@ -74,6 +79,13 @@ func TestApplyOptionsRejectsBadInput(t *testing.T) {
 				t.Errorf("got config %+v with the error, want the zero config", c)
 			}
 		})
+	}
+}
+
+func TestApplyOptionsAcceptsBounds(t *testing.T) {
+	c, err := pubsub.ApplyOptions(pubsub.Concurrency(pubsub.MaxConcurrency), pubsub.AckDeadline(pubsub.MinAckDeadline))
+	if err != nil || c.Concurrency != pubsub.MaxConcurrency || c.AckDeadline != pubsub.MinAckDeadline {
+		t.Fatalf("got %+v, %v; want the bounds accepted", c, err)
 	}
 }
 

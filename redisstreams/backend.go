@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,8 +26,13 @@ var ErrInvalid = errors.New("redisstreams: invalid argument")
 
 // Defaults of Options.
 const (
-	DefaultPrefix       = keys.DefaultPrefix
-	DefaultMaxLen       = 100_000
+	DefaultPrefix = keys.DefaultPrefix
+	// DefaultRetention is Options.Retention's default, the same as every
+	// leasebus backend's: pubsub.DefaultRetention (100,000 events).
+	DefaultRetention = pubsub.DefaultRetention
+	// DefaultMaxLen is DefaultRetention, under the name of the deprecated
+	// Options.MaxLen.
+	DefaultMaxLen       = DefaultRetention
 	DefaultMaxEventSize = 1 << 20
 	DefaultBlockTime    = 2 * time.Second
 	DefaultBatchSize    = 256
@@ -33,6 +40,13 @@ const (
 	DefaultFenceIdle = time.Hour
 	// DefaultLeaseSyncTimeout is Options.LeaseSyncTimeout's default.
 	DefaultLeaseSyncTimeout = time.Second
+
+	// MaxBlockTime is the longest BlockTime: longer blocks gain nothing and
+	// approach the limits of the client's deadline arithmetic.
+	MaxBlockTime = time.Hour
+	// MaxBatchSize is the largest BatchSize: each group subscription
+	// allocates read-ahead slots of that size.
+	MaxBatchSize = 1 << 16
 )
 
 // Options configures a Backend. The zero value is valid; each field's default
@@ -40,25 +54,45 @@ const (
 type Options struct {
 	// Prefix starts every key ("leasebus"). It must not hold {}*?[]\.
 	Prefix string
-	// MaxLen trims each stream to about this many entries on publish
-	// (XADD MAXLEN ~). Default DefaultMaxLen; -1 disables trimming.
+	// Retention is how many of each topic's newest entries the stream keeps
+	// at least, for StartFrom(Earliest) to replay (see "Retention" in
+	// package pubsub). Entries a consumer group has not acked (delivered and
+	// pending, or not delivered yet) are kept whatever it says: a trim
+	// (trim.lua, run by about one publish in min(max(Retention/4, 1), 256),
+	// in the same round trip as its XADD) removes only entries older than
+	// the newest Retention that every group of the stream has acked. Fan-out
+	// subscriptions are not counted: one that falls more than Retention
+	// entries behind may miss the oldest. Default DefaultRetention;
+	// pubsub.RetainAll (-1) never trims; otherwise it must be positive.
+	Retention int
+	// MaxLen is the former name of Retention, read only when Retention is
+	// zero.
+	//
+	// Deprecated: use Retention. MaxLen no longer trims with XADD MAXLEN ~
+	// (which removed entries groups had not acked); it means Retention.
 	MaxLen int64
 	// StreamIdleTTL, when positive, makes a stream expire after it has seen
 	// no publish for that long (the expiry is pushed back on each publish).
-	// Default 0: streams never expire.
+	// The whole stream goes, with its groups and their unacked entries: it
+	// is not a trim and does not respect Retention. At least 1ms. Default 0:
+	// streams never expire.
 	StreamIdleTTL time.Duration
 	// MaxEventSize is the largest encoded event Publish accepts, in bytes;
 	// larger events are rejected with an error wrapping pubsub.ErrInvalid.
 	// Default DefaultMaxEventSize.
 	MaxEventSize int
 	// BlockTime is how long one blocking read waits before it is issued
-	// again. Default DefaultBlockTime.
+	// again, within [1ms, MaxBlockTime]. Default DefaultBlockTime.
 	BlockTime time.Duration
 	// BatchSize is the COUNT of stream reads and the largest publish
-	// pipeline. Default DefaultBatchSize.
+	// pipeline, at most MaxBatchSize. Default DefaultBatchSize.
 	BatchSize int
-	// Consumer names this process in consumer groups. Default: host name,
-	// process id and a random suffix, unique per Backend.
+	// Consumer names this process in consumer groups. The Backend appends a
+	// random suffix of its own and a number per group subscription
+	// ("<Consumer>-<8 hex digits>-<n>"), so two Backends given the same
+	// Consumer (two processes started with one configuration) never share a
+	// consumer: neither can take, hand back or delete the other's pending
+	// entries. Default: host name and process id.
 	Consumer string
 	// Logger receives the backend's warnings. Default slog.Default().
 	Logger *slog.Logger
@@ -116,14 +150,24 @@ func (o *Options) setDefaults() error {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
-	switch {
-	case o.MaxLen == 0:
-		o.MaxLen = DefaultMaxLen
-	case o.MaxLen < -1:
-		return fmt.Errorf("%w: MaxLen %d is below -1", ErrInvalid, o.MaxLen)
+	if o.Retention == 0 && o.MaxLen != 0 {
+		if o.MaxLen < -1 || o.MaxLen > math.MaxInt32 {
+			return fmt.Errorf("%w: MaxLen %d is below -1 or above %d (use Retention)", ErrInvalid, o.MaxLen, math.MaxInt32)
+		}
+		o.Retention = int(o.MaxLen)
 	}
-	if o.StreamIdleTTL < 0 {
+	switch {
+	case o.Retention == 0:
+		o.Retention = DefaultRetention
+	case o.Retention < pubsub.RetainAll:
+		return fmt.Errorf("%w: Retention %d is below -1 (pubsub.RetainAll)", ErrInvalid, o.Retention)
+	}
+	o.MaxLen = int64(o.Retention)
+	switch {
+	case o.StreamIdleTTL < 0:
 		return fmt.Errorf("%w: StreamIdleTTL %v is negative", ErrInvalid, o.StreamIdleTTL)
+	case o.StreamIdleTTL > 0 && o.StreamIdleTTL < time.Millisecond:
+		return fmt.Errorf("%w: StreamIdleTTL %v is below 1ms", ErrInvalid, o.StreamIdleTTL)
 	}
 	switch {
 	case o.MaxEventSize == 0:
@@ -136,12 +180,16 @@ func (o *Options) setDefaults() error {
 		o.BlockTime = DefaultBlockTime
 	case o.BlockTime < time.Millisecond:
 		return fmt.Errorf("%w: BlockTime %v is below 1ms", ErrInvalid, o.BlockTime)
+	case o.BlockTime > MaxBlockTime:
+		return fmt.Errorf("%w: BlockTime %v is above %v (MaxBlockTime)", ErrInvalid, o.BlockTime, MaxBlockTime)
 	}
 	switch {
 	case o.BatchSize == 0:
 		o.BatchSize = DefaultBatchSize
 	case o.BatchSize < 0:
 		return fmt.Errorf("%w: BatchSize %d is negative", ErrInvalid, o.BatchSize)
+	case o.BatchSize > MaxBatchSize:
+		return fmt.Errorf("%w: BatchSize %d is above %d (MaxBatchSize)", ErrInvalid, o.BatchSize, MaxBatchSize)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -183,6 +231,11 @@ type Backend struct {
 	opts      Options
 	keys      keys.Space
 	life      lifecycle.Closer
+	// consumer prefixes the consumer names of this Backend's group
+	// subscriptions: Options.Consumer and a random suffix of its own;
+	// subSeq numbers the subscriptions.
+	consumer string
+	subSeq   atomic.Uint64
 
 	bus streamBus // pubsub.go
 
@@ -191,10 +244,11 @@ type Backend struct {
 }
 
 var (
-	_ pubsub.PubSub      = (*Backend)(nil)
-	_ lease.Provider     = (*Backend)(nil)
-	_ lease.Inspector    = (*Backend)(nil)
-	_ lease.BatchRenewer = (*Backend)(nil)
+	_ pubsub.PubSub       = (*Backend)(nil)
+	_ pubsub.TopicDeleter = (*Backend)(nil)
+	_ lease.Provider      = (*Backend)(nil)
+	_ lease.Inspector     = (*Backend)(nil)
+	_ lease.BatchRenewer  = (*Backend)(nil)
 )
 
 // New returns a Backend on client, which may be a *redis.Client,
@@ -209,7 +263,8 @@ var (
 // returns when its ctx ends — but a single lease call, a publish or a read
 // may then block until the client's ReadTimeout (3s by default) on a network
 // that stops answering. New logs a warning for such a *redis.Client or
-// *redis.ClusterClient.
+// *redis.ClusterClient. New does not check the server's eviction policy;
+// call Backend.CheckEviction for that.
 func New(client redis.UniversalClient, o Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalid)
@@ -238,7 +293,10 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 
 // NewURL connects to the Redis at url (redis://, rediss:// or unix://, as
 // redis.ParseURL reads it), checks it answers PING within ctx, and returns a
-// Backend that owns the client (Close closes it). The client honours ctx
+// Backend that owns the client (Close closes it). It also reads the server's
+// maxmemory-policy (Backend.CheckEviction) and logs a warning naming the
+// policy when it is not noeviction; a server where CONFIG is disabled is
+// tolerated (a debug line). The client honours ctx
 // deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
 // Options.ConfigureClient may adjust the rest. An unparsable url returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
@@ -262,6 +320,7 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 		_ = client.Close()
 		return nil, err
 	}
+	b.warnEviction(ctx)
 	return b, nil
 }
 
@@ -283,7 +342,8 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 			return nil, fmt.Errorf("%w: LeaseSyncReplicas/LeaseSyncAOF need a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, client)
 		}
 	}
-	b := &Backend{client: client, ownClient: own, opts: o, keys: space}
+	b := &Backend{client: client, ownClient: own, opts: o, keys: space,
+		consumer: o.Consumer + "-" + uuid.NewString()[:8]}
 	b.bus.init(b)
 	return b, nil
 }
@@ -333,11 +393,11 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 // isClosed reports whether Close or Shutdown was called.
 func (b *Backend) isClosed() bool { return b.life.Closed() }
 
-// defaultConsumerName returns host-pid-random, unique per Backend.
+// defaultConsumerName returns host-pid (the Backend adds a random suffix).
 func defaultConsumerName() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "host"
 	}
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }

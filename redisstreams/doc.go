@@ -26,6 +26,45 @@
 // server with appendfsync always (TestLeaseRestartAppendOnly) and fail over
 // a Sentinel deployment (TestSentinelFailoverResumes) to show what survives.
 //
+// # Retention and cleanup
+//
+// A topic is one stream. [Options].Retention (pubsub.DefaultRetention,
+// 100,000, as on every leasebus backend) is how many of its newest entries
+// it keeps at least; about one publish in min(max(Retention/4, 1), 256) also
+// runs a trim script, in the same round trip, that removes older entries
+// only where every consumer group of the stream has acked them: below each
+// group's oldest pending entry and up to its last delivered one. No trim
+// removes an entry a group has not acked, so a group that stops reading
+// (or keeps no member) makes its stream grow until it catches up or the
+// topic is deleted; fan-out subscriptions are not counted and may miss the
+// oldest entries once they fall more than Retention behind. A group that
+// subscribes with StartFrom(Earliest) receives every event still kept: all
+// of them up to Retention events (TestPubSubConformance's
+// EarliestAfter10000Events, TestTrimOnlyBelowEveryGroup).
+//
+// [Backend.DeleteTopic] (pubsub.TopicDeleter, and the command "leasebus
+// topics delete TOPIC") deletes a stream with its groups. [Options].
+// StreamIdleTTL makes a stream expire after a time without publishes, with
+// its groups and their unacked entries: it is not a trim. Lease keys expire
+// with their lease; each lease key's fencing counter stays (it has no TTL),
+// a few dozen bytes per key ever leased.
+//
+// Consumer names are [Options].Consumer plus a random suffix per Backend
+// and a number per group subscription, so two processes given the same
+// Consumer never share a consumer and its pending entries.
+//
+// # Eviction
+//
+// Run Redis with maxmemory-policy noeviction: under memory pressure an
+// allkeys-* policy may evict a fencing counter (a later tenure then gets a
+// token that was already handed out) or a stream with unacked events, and a
+// volatile-* policy may evict a live lease (every lease key has a TTL).
+// [NewURL] reads the policy and logs a warning naming it when it is
+// anything else (a server where CONFIG is disabled, as on some managed
+// services, is tolerated); [Backend.CheckEviction] returns the same finding
+// as an error matching [ErrUnsafeEviction], for a client given to [New] or
+// a check at startup that should fail.
+//
 // # Clients and deadlines
 //
 // [NewURL] builds a client that honours ctx deadlines (go-redis's

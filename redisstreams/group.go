@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,8 +57,6 @@ type groupMsg struct {
 	lost     bool      // another consumer took it over before we started it
 }
 
-var subSeq atomic.Uint64
-
 // subscribeGroup starts one consumer of the group cfg.Group on topic. With
 // pubsub.ClaimPending it first takes over every entry pending on the group's
 // other consumers (XPENDING from the start of the pending list, XCLAIM at
@@ -91,7 +88,7 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 		topic:    topic,
 		key:      key,
 		group:    cfg.Group,
-		consumer: s.b.opts.Consumer + "-" + strconv.FormatUint(subSeq.Add(1), 10),
+		consumer: s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10),
 		p:        p,
 		cfg:      cfg,
 		bl:       newBlocker(s.b, s.nodeFor(key)),

@@ -19,6 +19,7 @@ type pubReq struct {
 	t      turn[*pubReq]
 	key    string
 	fields []string
+	trim   bool // also trim the stream (trim.lua), in the same round trip
 	err    error
 }
 
@@ -35,7 +36,7 @@ func (s *streamBus) publish(ctx context.Context, key string, fields []string) er
 		return err
 	}
 	s.start()
-	r := &pubReq{key: key, fields: fields}
+	r := &pubReq{key: key, fields: fields, trim: s.trimDue()}
 	q, bs := &s.pubQ, s.b.opts.BatchSize
 	if q.join(r, pubMaxActive) {
 		s.send(ctx, r)
@@ -56,20 +57,19 @@ func (s *streamBus) publish(ctx context.Context, key string, fields []string) er
 	return r.err
 }
 
-// xaddArgs returns the XADD of r: MAXLEN ~ unless trimming is off.
+// xaddArgs returns the XADD of r. It does not trim: retention is kept by
+// trim.lua (retention.go), which never removes an entry a group still needs.
 func (s *streamBus) xaddArgs(r *pubReq) *redis.XAddArgs {
 	return &redis.XAddArgs{
 		Stream: r.key,
-		MaxLen: max(s.b.opts.MaxLen, 0), // < 0: no trimming
-		Approx: true,
 		Values: r.fields,
 	}
 }
 
 // send writes one request alone: its XADD and, when StreamIdleTTL is set, a
-// PEXPIRE of the stream, in one round trip.
+// PEXPIRE of the stream, and when due a trim, in one round trip.
 func (s *streamBus) send(ctx context.Context, r *pubReq) {
-	if s.b.opts.StreamIdleTTL > 0 {
+	if s.b.opts.StreamIdleTTL > 0 || r.trim {
 		s.pipeline(ctx, []*pubReq{r})
 		return
 	}
@@ -89,22 +89,30 @@ func (s *streamBus) sendBatch(batch []*pubReq) {
 	s.pipeline(ctx, batch)
 }
 
-// pipeline writes batch in one pipeline: per request an XADD with MAXLEN ~
-// and, when StreamIdleTTL is set, a PEXPIRE of the stream.
+// pipeline writes batch in one pipeline: per request an XADD, when
+// StreamIdleTTL is set a PEXPIRE of the stream, and when due a trim.lua of
+// the stream (after its XADD, so the new entry counts).
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	idle := s.b.opts.StreamIdleTTL
 	pipe := s.b.client.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
+	trims := make(map[string]*redis.Cmd)
 	for i, r := range batch {
 		cmds[i] = pipe.XAdd(ctx, s.xaddArgs(r))
 		if idle > 0 {
 			pipe.PExpire(ctx, r.key, max(idle, time.Millisecond))
+		}
+		if r.trim && trims[r.key] == nil {
+			trims[r.key] = trimScript.EvalSha(ctx, pipe, []string{r.key}, s.trimArgs()...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, r := range batch {
 		id, err := cmds[i].Result()
 		s.answer(r, id, err)
+	}
+	for key, cmd := range trims {
+		s.checkTrim(ctx, key, cmd)
 	}
 }
 

@@ -271,8 +271,8 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 //
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
-// existing group keeps its position), named Options.Consumer plus a
-// per-subscription suffix. It holds one connection for its blocking
+// existing group keeps its position), named Options.Consumer plus a random
+// suffix of the Backend and a per-subscription number. It holds one connection for its blocking
 // XREADGROUP, reads up to BatchSize entries at a time, acks in batches,
 // redelivers a nacked entry to itself after pubsub.RedeliveryDelay (XCLAIM, which
 // counts the attempt), and every AckDeadline/2 claims entries that other

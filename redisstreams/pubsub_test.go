@@ -59,6 +59,9 @@ func TestPubSubConformance(t *testing.T) {
 			New: func(t *testing.T) pubsub.PubSub {
 				return psBackend(t, d.NewClient(t), Options{BlockTime: 500 * time.Millisecond})
 			},
+			NewWithRetention: func(t *testing.T, retention int) pubsub.PubSub {
+				return psBackend(t, d.NewClient(t), Options{BlockTime: 500 * time.Millisecond, Retention: retention})
+			},
 			NewPeer: psPeer(d.NewClient),
 			Features: pubsubtest.Features{
 				ConsumerGroups: true,
@@ -122,11 +125,11 @@ func TestPubSubNewURLClosedPortNoHang(t *testing.T) {
 }
 
 // TestPubSubStreamLayout checks the stream fields a publish writes and that
-// MAXLEN and the idle TTL apply.
+// Retention and the idle TTL apply.
 func TestPubSubStreamLayout(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := srv.Client(t)
-	b := psBackend(t, c, Options{MaxLen: 10, StreamIdleTTL: time.Minute})
+	b := psBackend(t, c, Options{Retention: 10, StreamIdleTTL: time.Minute})
 	ctx := t.Context()
 	for i := range 200 {
 		if err := b.Publish(ctx, "layout", pubsub.Event{ID: fmt.Sprint(i), Type: "t", RunID: "r", Data: []byte(`1`)}); err != nil {
@@ -136,7 +139,7 @@ func TestPubSubStreamLayout(t *testing.T) {
 	key := b.keys.Stream("layout")
 	n, err := c.XLen(ctx, key).Result()
 	if err != nil || n > 120 {
-		t.Errorf("XLEN after 200 publishes with MaxLen ~10 = %d, %v; want trimmed", n, err)
+		t.Errorf("XLEN after 200 publishes with Retention 10 = %d, %v; want trimmed", n, err)
 	}
 	ttl, err := c.PTTL(ctx, key).Result()
 	if err != nil || ttl <= 0 || ttl > time.Minute {

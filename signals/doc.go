@@ -57,11 +57,15 @@
 // run's ctx before the lease can expire when renewal fails or is refused.
 //
 // Each thread keeps a done record: the hashes of the IDs of its last
-// [DedupeEntries] run signals, kept for the dedupe window
+// [DedupeEntries] run signals (SHA-256 cut to 128 bits, so no ID, crafted or
+// not, is taken for another in practice; at most 23 bytes per ID whatever
+// its length; records of the older 48-bit format are still read and age
+// out), kept for the dedupe window
 // ([DefaultDedupeWindow]), stored as the owner string of the lease key
 // "signals.done.<thread>" and updated by the holder with TransferLease as a
 // compare-and-swap. A delivered entry whose ID is in the record (or in this
-// process's cache of done IDs) is acked without running: that is how a
+// process's cache of done thread/ID pairs, compared by value) is acked
+// without running: that is how a
 // duplicate Send, or a redelivery of a signal whose ack was lost, runs once.
 //
 // A wake notice is acked only when its signal is in the done record (or the

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/leasebus/leasebus/pubsub"
 )
 
 // Defaults of the options.
@@ -29,6 +31,16 @@ const (
 	// DefaultWorkConcurrency is how many wake notices a runtime handles at
 	// once.
 	DefaultWorkConcurrency = 64
+
+	// MinInterval is the shortest renew and recovery interval: shorter ones
+	// would make the runtime spin on lease calls.
+	MinInterval = time.Millisecond
+	// MaxLeaseTTL is the longest lease TTL: a dead owner's threads wait up to
+	// a TTL to be taken over, and longer TTLs approach the limits of the
+	// backends' expiry arithmetic.
+	MaxLeaseTTL = 24 * time.Hour
+	// MaxDedupeWindow is the longest dedupe window.
+	MaxDedupeWindow = 30 * 24 * time.Hour
 )
 
 // Event is one thing the runtime did, given to the observer set with
@@ -124,10 +136,14 @@ type testHooks struct {
 
 // WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A
 // dead owner's threads are taken over within about TTL + recovery interval.
+// d must be within [10ms, MaxLeaseTTL].
 func WithLeaseTTL(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: lease ttl %v is below 10ms", ErrInvalid, d)
+		switch {
+		case d < 10*time.Millisecond:
+			return fmt.Errorf("%w: WithLeaseTTL: lease ttl %v is below 10ms", ErrInvalid, d)
+		case d > MaxLeaseTTL:
+			return fmt.Errorf("%w: WithLeaseTTL: lease ttl %v is above %v (MaxLeaseTTL)", ErrInvalid, d, MaxLeaseTTL)
 		}
 		c.ttl = d
 		return nil
@@ -135,11 +151,11 @@ func WithLeaseTTL(d time.Duration) Option {
 }
 
 // WithRenewInterval sets how often held leases are renewed (default a third
-// of the TTL). It must be shorter than the TTL.
+// of the TTL). It must be at least MinInterval (1ms) and shorter than the TTL.
 func WithRenewInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalid, d)
+		if d < MinInterval {
+			return fmt.Errorf("%w: WithRenewInterval: renew interval %v is below %v", ErrInvalid, d, MinInterval)
 		}
 		c.renew = d
 		return nil
@@ -147,11 +163,12 @@ func WithRenewInterval(d time.Duration) Option {
 }
 
 // WithRecoveryInterval sets how often a wake notice for a thread leased
-// elsewhere is checked again (default DefaultRecoveryInterval).
+// elsewhere is checked again (default DefaultRecoveryInterval). d must be
+// at least MinInterval (1ms).
 func WithRecoveryInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: recovery interval %v is not positive", ErrInvalid, d)
+		if d < MinInterval {
+			return fmt.Errorf("%w: WithRecoveryInterval: recovery interval %v is below %v", ErrInvalid, d, MinInterval)
 		}
 		c.recovery = d
 		return nil
@@ -164,7 +181,7 @@ func WithRecoveryInterval(d time.Duration) Option {
 func WithLinger(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: linger %v is not positive", ErrInvalid, d)
+			return fmt.Errorf("%w: WithLinger: linger %v is not positive", ErrInvalid, d)
 		}
 		c.linger = d
 		return nil
@@ -176,7 +193,7 @@ func WithLinger(d time.Duration) Option {
 func WithNextWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: next wait %v is not positive", ErrInvalid, d)
+			return fmt.Errorf("%w: WithNextWait: next wait %v is not positive", ErrInvalid, d)
 		}
 		c.nextWait = d
 		return nil
@@ -184,11 +201,15 @@ func WithNextWait(d time.Duration) Option {
 }
 
 // WithDedupeWindow sets how long a thread remembers the IDs of signals it ran
-// (default DefaultDedupeWindow, at most DedupeEntries IDs per thread).
+// (default DefaultDedupeWindow, at most DedupeEntries IDs per thread). d must
+// be within [1s, MaxDedupeWindow].
 func WithDedupeWindow(d time.Duration) Option {
 	return func(c *config) error {
-		if d < time.Second {
-			return fmt.Errorf("%w: dedupe window %v is below 1s", ErrInvalid, d)
+		switch {
+		case d < time.Second:
+			return fmt.Errorf("%w: WithDedupeWindow: dedupe window %v is below 1s", ErrInvalid, d)
+		case d > MaxDedupeWindow:
+			return fmt.Errorf("%w: WithDedupeWindow: dedupe window %v is above %v (MaxDedupeWindow)", ErrInvalid, d, MaxDedupeWindow)
 		}
 		c.dedup = d
 		return nil
@@ -200,7 +221,7 @@ func WithDedupeWindow(d time.Duration) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return fmt.Errorf("%w: logger is nil", ErrInvalid)
+			return fmt.Errorf("%w: WithLogger: logger is nil", ErrInvalid)
 		}
 		c.logger = l
 		return nil
@@ -213,7 +234,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithProcessID(id string) Option {
 	return func(c *config) error {
 		if id == "" {
-			return fmt.Errorf("%w: process id is empty", ErrInvalid)
+			return fmt.Errorf("%w: WithProcessID: process id is empty", ErrInvalid)
 		}
 		c.process = id
 		return nil
@@ -225,7 +246,7 @@ func WithProcessID(id string) Option {
 func WithObserver(f func(Event)) Option {
 	return func(c *config) error {
 		if f == nil {
-			return fmt.Errorf("%w: observer is nil", ErrInvalid)
+			return fmt.Errorf("%w: WithObserver: observer is nil", ErrInvalid)
 		}
 		c.observer = f
 		return nil
@@ -233,11 +254,15 @@ func WithObserver(f func(Event)) Option {
 }
 
 // WithWorkConcurrency sets how many wake notices are handled at once
-// (default DefaultWorkConcurrency).
+// (default DefaultWorkConcurrency); n must be within [1,
+// pubsub.MaxConcurrency].
 func WithWorkConcurrency(n int) Option {
 	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: work concurrency %d is below 1", ErrInvalid, n)
+		switch {
+		case n < 1:
+			return fmt.Errorf("%w: WithWorkConcurrency: work concurrency %d is below 1", ErrInvalid, n)
+		case n > pubsub.MaxConcurrency:
+			return fmt.Errorf("%w: WithWorkConcurrency: work concurrency %d is above %d (pubsub.MaxConcurrency)", ErrInvalid, n, pubsub.MaxConcurrency)
 		}
 		c.workConcurrency = n
 		return nil

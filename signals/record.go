@@ -2,6 +2,8 @@ package signals
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -17,43 +19,99 @@ import (
 // thread's lease holder with TransferLease (a compare-and-swap on the owner
 // string) and expiring after the dedupe window. This keeps it on the lease
 // provider the runtime already has: no other storage is needed.
+//
+// Format "r2:" followed by comma-separated entries, oldest first. An entry is
+// the first 128 bits of the SHA-256 of a signal ID in unpadded base64url (22
+// characters), so two different IDs share an entry only by a 128-bit hash
+// collision, which nobody can find in practice, crafted or not; the record
+// stays bounded at DedupeEntries × 23 bytes whatever the IDs' lengths.
+//
+// Records of the first format ("r1:", 48-bit FNV-1a hashes in 12 hex digits)
+// are still read: their entries are matched by FNV hash and carried into the
+// next record written, where they age out like any entry (after
+// DedupeEntries newer IDs or the dedupe window). Until then an ID crafted to
+// collide with one of them in 48 bits would be skipped; no new entry is
+// written that way. A process of the older version reads an "r2:" record as
+// empty: during a rolling upgrade it may run again a signal that a newer
+// process already ran (at-least-once, as after an expired record).
 
 func recordKey(thread string) string { return "signals.done." + thread }
 
-// idHash is the record's 12-hex-digit form of a signal ID.
+const (
+	recordPrefix   = "r2:"
+	recordPrefixV1 = "r1:"
+	// hashLen is the length of an r2 entry; legacyHashLen of an r1 one.
+	hashLen       = 22
+	legacyHashLen = 12
+)
+
+// idHash is the record's entry for a signal ID: SHA-256 truncated to 128
+// bits, in unpadded base64url.
 func idHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// legacyIDHash is the entry of an r1 record: 48-bit FNV-1a in hex.
+func legacyIDHash(id string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(id))
 	return fmt.Sprintf("%012x", h.Sum64()&(1<<48-1))
 }
 
-const recordPrefix = "r1:"
-
-func recordHas(rec, id string) bool {
-	if !strings.HasPrefix(rec, recordPrefix) {
-		return false
+// recordEntries returns the entries of rec, oldest first (nil for a record
+// of an unknown format or an empty one).
+func recordEntries(rec string) []string {
+	var body string
+	switch {
+	case strings.HasPrefix(rec, recordPrefix):
+		body = rec[len(recordPrefix):]
+	case strings.HasPrefix(rec, recordPrefixV1):
+		body = rec[len(recordPrefixV1):]
 	}
-	h := idHash(id)
-	for e := range strings.SplitSeq(rec[len(recordPrefix):], ",") {
-		if e == h {
-			return true
+	if body == "" {
+		return nil
+	}
+	return strings.Split(body, ",")
+}
+
+// recordHas reports whether rec holds id: its 128-bit entry or, for an entry
+// carried over from an r1 record, its 48-bit FNV entry.
+func recordHas(rec, id string) bool {
+	var h, legacy string
+	for _, e := range recordEntries(rec) {
+		switch len(e) {
+		case hashLen:
+			if h == "" {
+				h = idHash(id)
+			}
+			if e == h {
+				return true
+			}
+		case legacyHashLen:
+			if legacy == "" {
+				legacy = legacyIDHash(id)
+			}
+			if e == legacy {
+				return true
+			}
 		}
 	}
 	return false
 }
 
 // recordAdd returns rec with ids appended (those not in it yet), keeping the
-// newest DedupeEntries.
+// newest DedupeEntries, in the r2 format.
 func recordAdd(rec string, ids []string) string {
-	var entries []string
-	if strings.HasPrefix(rec, recordPrefix) && len(rec) > len(recordPrefix) {
-		entries = strings.Split(rec[len(recordPrefix):], ",")
-	}
+	entries := recordEntries(rec)
 	seen := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		seen[e] = true
 	}
 	for _, id := range ids {
+		if recordHas(rec, id) {
+			continue
+		}
 		if h := idHash(id); !seen[h] {
 			seen[h] = true
 			entries = append(entries, h)
@@ -62,7 +120,11 @@ func recordAdd(rec string, ids []string) string {
 	if len(entries) > DedupeEntries {
 		entries = entries[len(entries)-DedupeEntries:]
 	}
-	return recordPrefix + strings.Join(entries, ",")
+	next := recordPrefix + strings.Join(entries, ",")
+	if next == rec {
+		return rec
+	}
+	return next
 }
 
 // writeRecord adds ids to the thread's done record and returns the record
@@ -105,30 +167,37 @@ func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, 
 
 // doneCache remembers, per process, thread/ID pairs that were run, in a
 // bounded FIFO. It spares round trips and is the only record under lease.Noop.
+// Pairs are compared by value (a struct key), so no thread name and signal ID
+// can be mistaken for another pair, whatever bytes they hold.
 type doneCache struct {
 	mu   sync.Mutex
-	set  map[string]struct{}
-	ring []string
+	set  map[doneKey]struct{}
+	ring []doneKey
+	used []bool
 	next int
 }
+
+// doneKey is one thread/ID pair of the cache.
+type doneKey struct{ thread, id string }
 
 const doneCacheSize = 1 << 16
 
 func (c *doneCache) add(thread, id string) {
-	k := thread + "\x00" + id
+	k := doneKey{thread, id}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.set == nil {
-		c.set = make(map[string]struct{})
-		c.ring = make([]string, doneCacheSize)
+		c.set = make(map[doneKey]struct{})
+		c.ring = make([]doneKey, doneCacheSize)
+		c.used = make([]bool, doneCacheSize)
 	}
 	if _, ok := c.set[k]; ok {
 		return
 	}
-	if old := c.ring[c.next]; old != "" {
-		delete(c.set, old)
+	if c.used[c.next] {
+		delete(c.set, c.ring[c.next])
 	}
-	c.ring[c.next] = k
+	c.ring[c.next], c.used[c.next] = k, true
 	c.next = (c.next + 1) % doneCacheSize
 	c.set[k] = struct{}{}
 }
@@ -136,6 +205,6 @@ func (c *doneCache) add(thread, id string) {
 func (c *doneCache) has(thread, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.set[thread+"\x00"+id]
+	_, ok := c.set[doneKey{thread, id}]
 	return ok
 }

@@ -21,6 +21,8 @@
 //	          (time, id, type, data), until interrupted.
 //	publish   publish one event to a topic (--type, --data JSON,
 //	          --metadata k=v).
+//	topics    topics delete TOPIC: delete a topic's stream with its events
+//	          and consumer groups (pubsub.TopicDeleter).
 //
 // Every command takes --redis URL (default: the LEASEBUS_REDIS_URL
 // environment variable) and --help. Without a Redis URL, demo starts an

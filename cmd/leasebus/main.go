@@ -55,6 +55,7 @@ func init() {
 		{name: "threads", summary: "list held threads: owner, run, token, queued signals; threads cancel THREAD", run: runThreads},
 		{name: "tail", summary: "print the events of a topic as they arrive", run: runTail},
 		{name: "publish", summary: "publish one event to a topic", run: runPublish},
+		{name: "topics", summary: "delete a topic: its events and consumer groups (topics delete TOPIC)", run: runTopics},
 		{name: workerCommand, hidden: true, run: runWorker},
 	}
 }

@@ -39,7 +39,10 @@ const (
 
 func run(ctx context.Context, w io.Writer) error {
 	clock := inmem.NewManualClock(time.Now())
-	b := inmem.NewWithOptions(inmem.Options{Clock: clock})
+	b, err := inmem.NewWithOptions(inmem.Options{Clock: clock})
+	if err != nil {
+		return err
+	}
 	defer b.Close()
 
 	// worker-1 takes the lease; Keep renews it every ttl/3.

@@ -22,5 +22,13 @@
 // fails. A backend with a bounded shutdown ([Shutdowner]) has it checked
 // too.
 //
+// Retention ("Retention" in package pubsub) is checked in two subtests:
+// EarliestAfter10000Events (a group subscribing with StartFrom(Earliest)
+// after 10,000 publishes gets all of them, with the backend's default
+// retention, pubsub.DefaultRetention) and, when [Config.NewWithRetention] is
+// set, RetentionNeverDropsUnacked (with [MinRetention], a group stuck on its
+// first event and a group without a member receive every one of 2,010
+// events). A backend implementing pubsub.TopicDeleter runs DeleteTopic.
+//
 // [BenchPublish] and [BenchEndToEnd] give every backend the same benchmarks.
 package pubsubtest

@@ -50,6 +50,11 @@ type Config struct {
 	// when nil the suite uses ps itself as its own peer. A backend that is
 	// one process (inmem) may return ps.
 	NewPeer func(t *testing.T, ps pubsub.PubSub) pubsub.PubSub
+	// NewWithRetention returns a fresh, open backend like New, with its
+	// retention option set to retention events (the suite passes
+	// MinRetention). Optional: without it the subtest that proves no trim
+	// removes an unacked event is skipped.
+	NewWithRetention func(t *testing.T, retention int) pubsub.PubSub
 	// Features turns off subtests the backend cannot pass by design.
 	Features Features
 	// Timeout bounds each wait for a delivery; DefaultTimeout when zero.
@@ -77,6 +82,7 @@ func Run(t *testing.T, c Config) {
 		deadline
 		persistent
 		groupsPersistent
+		retention
 	)
 	cases := []struct {
 		name string
@@ -113,16 +119,21 @@ func Run(t *testing.T, c Config) {
 		{"ClosedReturnsErrClosed", none, s.closedReturnsErrClosed},
 		{"ShutdownDrains", none, s.shutdownDrains},
 		{"ShutdownStopsAtCtx", none, s.shutdownStopsAtCtx},
+		{"RetentionNeverDropsUnacked", retention, s.retentionKeepsUnacked},
+		{"EarliestAfter10000Events", groupsPersistent, s.earliestAfter10k},
+		{"DeleteTopic", groupsPersistent, s.deleteTopic},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			switch {
-			case (tc.need == groups || tc.need == groupsPersistent || tc.need == deadline) && !s.f.ConsumerGroups:
+			case (tc.need == groups || tc.need == groupsPersistent || tc.need == deadline || tc.need == retention) && !s.f.ConsumerGroups:
 				t.Skip("pubsubtest: Features.ConsumerGroups is off")
 			case tc.need == deadline && !s.f.AckDeadline:
 				t.Skip("pubsubtest: Features.AckDeadline is off")
-			case (tc.need == persistent || tc.need == groupsPersistent) && !s.f.Persistent:
+			case (tc.need == persistent || tc.need == groupsPersistent || tc.need == retention) && !s.f.Persistent:
 				t.Skip("pubsubtest: Features.Persistent is off")
+			case tc.need == retention && s.c.NewWithRetention == nil:
+				t.Skip("pubsubtest: Config.NewWithRetention is nil")
 			}
 			tc.run(t)
 		})

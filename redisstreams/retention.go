@@ -1,0 +1,95 @@
+package redisstreams
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+var (
+	//go:embed lua/trim.lua
+	trimLua    string
+	trimScript = redis.NewScript(trimLua)
+)
+
+// trimMaxPerCall is the most entries one trim script removes (it reads them
+// with XRANGE first, so this bounds the script's time and memory); a stream
+// further over its retention, such as one whose slow group just caught up,
+// is trimmed further by the next calls, up to four times faster than
+// publishes can grow it.
+const trimMaxPerCall = 1_000
+
+// trimEvery returns 1/p of the chance that a publish also trims its stream:
+// a quarter of the retention, between 1 and 256. Trimming is random rather
+// than counted so that no per-stream state is kept and no stream is skipped.
+func (s *streamBus) trimEvery() int {
+	return min(max(s.b.opts.Retention/4, 1), 256)
+}
+
+// trimDue reports whether a publish should trim its stream.
+func (s *streamBus) trimDue() bool {
+	if s.b.opts.Retention == pubsub.RetainAll {
+		return false
+	}
+	n := s.trimEvery()
+	return n == 1 || rand.IntN(n) == 0
+}
+
+// trimArgs returns the arguments of trim.lua for this Backend.
+func (s *streamBus) trimArgs() []any {
+	return []any{s.b.opts.Retention, trimMaxPerCall}
+}
+
+// checkTrim reads the outcome of a trim sent in a pipeline. A server that
+// did not have the script cached runs it again with EVAL (which caches it);
+// other errors are logged: the event was stored, only its stream stays
+// longer until the next trim.
+func (s *streamBus) checkTrim(ctx context.Context, key string, cmd *redis.Cmd) {
+	err := cmd.Err()
+	if err != nil && isNoScript(err) {
+		err = trimScript.Run(ctx, s.b.client, []string{key}, s.trimArgs()...).Err()
+	}
+	if err != nil {
+		s.b.opts.Logger.Warn("redisstreams: trimming a stream failed; it is trimmed again on a later publish", "stream", key, "err", err)
+	}
+}
+
+// trim runs trim.lua on the stream key once and returns how many entries it
+// removed.
+func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
+	n, err := trimScript.Run(ctx, s.b.client, []string{key}, s.trimArgs()...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redisstreams: trim %q: %w", key, err)
+	}
+	return n, nil
+}
+
+// DeleteTopic deletes the stream of topic with its consumer groups, their
+// positions and pending entries (pubsub.TopicDeleter): one DEL. Live
+// subscriptions keep running: a group member finds its group gone
+// (NOGROUP), recreates it and receives the events published after the
+// deletion; an entry one of them had read and not acked is not delivered
+// again; fan-out readers go on with the new entries. Other processes'
+// subscriptions behave the same. The dead-letter topic is left alone. It
+// returns nil also when the topic did not exist; an error wrapping
+// pubsub.ErrInvalid for an empty topic; pubsub.ErrClosed after Close; the
+// Redis error otherwise.
+func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
+	if err := b.bus.enter(); err != nil {
+		return err
+	}
+	defer b.bus.leave()
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return err
+	}
+	key := b.keys.Stream(topic)
+	if err := b.client.Del(ctx, key).Err(); err != nil {
+		return fmt.Errorf("redisstreams: delete topic %q: del %q: %w", topic, key, err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package signals
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRecordFormat(t *testing.T) {
+	rec := recordAdd("", []string{"a", "b", "a"})
+	if !strings.HasPrefix(rec, recordPrefix) || len(recordEntries(rec)) != 2 {
+		t.Fatalf("recordAdd = %q, want r2 with 2 entries", rec)
+	}
+	for _, id := range []string{"a", "b"} {
+		if !recordHas(rec, id) {
+			t.Errorf("recordHas(%q) = false", id)
+		}
+	}
+	if recordHas(rec, "c") {
+		t.Error(`recordHas("c") = true`)
+	}
+	if again := recordAdd(rec, []string{"b"}); again != rec {
+		t.Errorf("adding a present id changed %q to %q", rec, again)
+	}
+}
+
+func TestRecordBounded(t *testing.T) {
+	long := strings.Repeat("x", 10_000)
+	var ids []string
+	for i := range 3 * DedupeEntries {
+		ids = append(ids, long+string(rune('a'+i%26))+strings.Repeat("y", i))
+	}
+	rec := recordAdd("", ids)
+	if n := len(recordEntries(rec)); n != DedupeEntries {
+		t.Fatalf("%d entries, want %d", n, DedupeEntries)
+	}
+	if max := len(recordPrefix) + DedupeEntries*(hashLen+1); len(rec) > max {
+		t.Fatalf("record of %d bytes, want at most %d", len(rec), max)
+	}
+	if !recordHas(rec, ids[len(ids)-1]) || recordHas(rec, ids[0]) {
+		t.Fatal("record does not keep the newest entries")
+	}
+}
+
+// TestRecordReadsV1: a record an older version wrote (r1, 48-bit FNV) is
+// still honoured, and its entries are carried into the r2 record written
+// next, where they age out like others.
+func TestRecordReadsV1(t *testing.T) {
+	old := recordPrefixV1 + legacyIDHash("old1") + "," + legacyIDHash("old2")
+	if !recordHas(old, "old1") || !recordHas(old, "old2") || recordHas(old, "new") {
+		t.Fatalf("r1 record %q not read as before", old)
+	}
+	rec := recordAdd(old, []string{"new"})
+	if !strings.HasPrefix(rec, recordPrefix) {
+		t.Fatalf("recordAdd(r1) = %q, want the r2 format", rec)
+	}
+	for _, id := range []string{"old1", "old2", "new"} {
+		if !recordHas(rec, id) {
+			t.Errorf("after the upgrade recordHas(%q) = false in %q", id, rec)
+		}
+	}
+	var more []string
+	for i := range DedupeEntries {
+		more = append(more, strings.Repeat("n", i+1))
+	}
+	rec = recordAdd(rec, more)
+	if recordHas(rec, "old1") || recordHas(rec, "old2") {
+		t.Errorf("legacy entries did not age out of %d newer IDs", DedupeEntries)
+	}
+}
+
+// TestDoneCacheUnambiguous: the local cache compares pairs by value.
+func TestDoneCacheUnambiguous(t *testing.T) {
+	var c doneCache
+	c.add("a\x00b", "c")
+	if c.has("a", "b\x00c") {
+		t.Fatal(`("a", "b\x00c") found after adding ("a\x00b", "c")`)
+	}
+	if !c.has("a\x00b", "c") {
+		t.Fatal("added pair not found")
+	}
+	c.add("", "")
+	if !c.has("", "") {
+		t.Fatal("empty pair not found")
+	}
+}

@@ -119,6 +119,7 @@ printf '$ # what the deployment (testdata/tourworker) printed meanwhile\n' >>"$o
 cat "$work/agent.txt" >>"$out"
 echo >>"$out"
 
+show "leasebus topics delete orders --redis $url" 0
 show 'leasebus tail orders --redis redis://127.0.0.1:1; echo "exit $?"' 0
 
 cp "$out" "$here/tour.txt"

@@ -65,6 +65,19 @@
 // as an error matching [ErrUnsafeEviction], for a client given to [New] or
 // a check at startup that should fail.
 //
+// # Fencing tokens
+//
+// A lease key's fencing counter expires [Options].FenceIdle (an hour by
+// default) after its last lease could have ended; renewals push that back,
+// so the counter always outlives the lease. A new tenure takes
+// max(counter + 1, the server's clock in microseconds) as its token, so a
+// key that comes back after its counter expired still gets a token above
+// every earlier one (unless the server's clock went back by more than
+// FenceIdle), and an idle key leaves no key behind. Tokens are therefore
+// large numbers; only their order means anything. (The project's design
+// note had the counter live forever; this departs from it on purpose, so
+// that state stays bounded. TestLeaseKeysGoAway shows both halves.)
+//
 // # Clients and deadlines
 //
 // [NewURL] builds a client that honours ctx deadlines (go-redis's

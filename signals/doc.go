@@ -190,7 +190,10 @@
 // tenure after the counter expired takes the server clock in microseconds).
 // TestThreadFootprint runs 10,000 threads on a real redis-server and finds
 // at most the shared work and control topics under the prefix once they are
-// idle past those windows. Close starts no new run and hands the wake
+// idle past those windows. To remove a thread's state at once, delete its
+// inbox (`leasebus topics delete signals.thread.<thread>`, or
+// pubsub.TopicDeleter) once no process holds the thread; its lease keys and
+// done record expire on their own. Close starts no new run and hands the wake
 // notices it holds to the live runtimes (TestCloseStartsNoRun).
 //
 // # Limits

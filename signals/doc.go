@@ -192,8 +192,9 @@
 // at most the shared work and control topics under the prefix once they are
 // idle past those windows. To remove a thread's state at once, delete its
 // inbox (`leasebus topics delete signals.thread.<thread>`, or
-// pubsub.TopicDeleter) once no process holds the thread; its lease keys and
-// done record expire on their own. Close starts no new run and hands the wake
+// pubsub.TopicDeleter) once no process holds the thread — this drops any
+// signal still queued for it; its lease keys and done record expire on
+// their own. Close starts no new run and hands the wake
 // notices it holds to the live runtimes (TestCloseStartsNoRun).
 //
 // # Limits

@@ -187,3 +187,64 @@ func TestSpinningValuesRejected(t *testing.T) {
 		}
 	}
 }
+
+var errReplyLost = errors.New("transfer reply lost")
+
+// xferRace is an inmem backend whose TransferLease happens but reports a
+// transport error, and whose RenewLease replies are held back while gate
+// is set (the renewal itself is applied at once, before the transfer).
+type xferRace struct {
+	lease.Provider
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (x *xferRace) RenewLease(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	x.mu.Lock()
+	g := x.gate
+	x.mu.Unlock()
+	ok, err := x.Provider.RenewLease(ctx, key, owner, ttl)
+	if g != nil {
+		<-g
+	}
+	return ok, err
+}
+
+func (x *xferRace) TransferLease(ctx context.Context, key, from, to string, ttl time.Duration) (bool, error) {
+	_, _ = x.Provider.TransferLease(ctx, key, from, to, ttl)
+	return false, errReplyLost
+}
+
+// TestKeepTransferUnknownOutcome: a Transfer whose outcome is unknown (the
+// reply was lost) makes the Keeper renew at once to find out. A renewal
+// that was already in flight, answered "renewed" from before the transfer,
+// must not count: the Held ends as soon as the new renewal is refused,
+// not a renew interval later.
+func TestKeepTransferUnknownOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := bubbleBackend(t)
+		x := &xferRace{Provider: b, gate: make(chan struct{})}
+		k := lease.NewKeeper(x, lease.KeeperOptions{RenewEvery: 10 * time.Second})
+		t.Cleanup(func() { k.Close() })
+		h, err := k.Keep(t.Context(), "k", "a", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10*time.Second + time.Millisecond) // a renewal is in flight, its reply held
+		synctest.Wait()
+		if _, err := h.Transfer(t.Context(), "b"); !errors.Is(err, errReplyLost) {
+			t.Fatalf("Transfer = %v, want the transport error", err)
+		}
+		at := time.Now()
+		x.mu.Lock()
+		close(x.gate)
+		x.gate = nil
+		x.mu.Unlock()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if err := h.Err(); !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("Held of a, whose lease went to b, still live (Err %v) %v after the transfer", err, time.Since(at))
+		}
+	})
+}

@@ -43,17 +43,22 @@ type KeeperOptions struct {
 // # Loss deadline
 //
 // Every Held has a loss deadline of its own: the start (on the monotonic
-// clock) of the last acquire or renew call that succeeded, plus the TTL,
-// minus a safety margin of min(TTL/10, (TTL − renew interval)/2), which is a
-// tenth of the TTL with the default interval. The backend cannot expire the
-// lease before start + TTL, since it received the call after it started, so
-// the deadline always comes first, by the margin. When the deadline passes
-// the Held ends with an error matching ErrNotHeld: Done closes and Context is
-// cancelled (a timer of the Held's own fires it) and Err reports it even if
-// that timer has not run yet. Nothing delays it: not a renewal call still in
-// flight (a black-holed network, a client that ignores ctx deadlines, a
-// provider call that never returns), not the renewal rounds of other Helds,
-// not another Held's longer TTL. A refused renewal ends the Held at once.
+// clock) of the last acquire or renew call that succeeded, plus the TTL
+// (rounded down to whole milliseconds, as Redis counts it), minus a safety
+// margin of min(TTL/10, (TTL − renew interval)/2) (at least 1ms when the
+// interval leaves room), which is a tenth of the TTL with the default
+// interval. The backend cannot expire the lease before start + TTL, since
+// it received the call after it started, so the deadline always comes
+// first, by the margin (provided the backend's clock does not jump ahead). When the deadline passes
+// the Held ends with an error matching ErrNotHeld: Err and Context().Err
+// report it from that instant (they check the clock themselves), and a
+// timer of the Held's own closes Done and cancels Context (and the contexts
+// derived from it) as soon as the runtime runs it, normally well within the
+// margin; a renewal answered after the deadline never revives the Held.
+// Nothing delays it: not a renewal call still in flight (a black-holed
+// network, a client that ignores ctx deadlines, a provider call that never
+// returns), not the renewal rounds of other Helds, not another Held's
+// longer TTL. A refused renewal ends the Held at once.
 //
 // # Renewal
 //
@@ -203,7 +208,9 @@ func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration)
 func (k *Keeper) start(ctx context.Context, key, owner string, token uint64, ttl, interval time.Duration, sent time.Time) (*Held, error) {
 	h := k.newHeld(ctx, key, owner, token, ttl, interval, sent)
 	if err := k.add(h); err != nil {
-		_ = k.p.ReleaseLease(context.WithoutCancel(ctx), key, owner)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		_ = k.p.ReleaseLease(rctx, key, owner)
+		cancel()
 		h.cancel(err)
 		return nil, err
 	}
@@ -217,6 +224,9 @@ func (k *Keeper) interval(ttl time.Duration) (time.Duration, error) {
 	case k.every > 0 && k.every < time.Millisecond:
 		return 0, fmt.Errorf("%w: RenewEvery %v is below 1ms", ErrInvalid, k.every)
 	case k.every == 0:
+		if ttl/3 < time.Millisecond {
+			return 0, fmt.Errorf("%w: ttl %v is too short to renew every ttl/3 (below 1ms)", ErrInvalid, ttl)
+		}
 		return ttl / 3, nil
 	case k.every >= ttl:
 		return 0, fmt.Errorf("%w: ttl %v is not longer than RenewEvery %v", ErrInvalid, ttl, k.every)
@@ -265,6 +275,11 @@ func (k *Keeper) add(h *Held) error {
 	k.helds[h] = struct{}{}
 	h.timer = time.AfterFunc(left, func() { k.expire(h) })
 	if !k.running {
+		if k.shared {
+			// Its loop may have just dropped it from sharedKeepers: put it
+			// back, so that later Keeps of p batch with this one.
+			sharedKeepers.LoadOrStore(k.p, k)
+		}
 		k.running = true
 		prev := k.loopDone
 		k.loopDone = make(chan struct{})
@@ -441,26 +456,33 @@ func (k *Keeper) callDone() {
 // it ends halfway between sent and the earliest loss deadline among hs
 // (Helds in the call that fail can then still be retried in time), or when
 // the Keeper closes.
-func (k *Keeper) callContext(hs []*Held, sent time.Time) (context.Context, context.CancelFunc) {
+//
+// It also returns each Held's renewal generation at the call's start: a
+// result is applied only while the generation is unchanged (see
+// [Held.Transfer]).
+func (k *Keeper) callContext(hs []*Held, sent time.Time) (context.Context, context.CancelFunc, []uint64) {
 	k.mu.Lock()
 	first := hs[0].loseAt
-	for _, h := range hs[1:] {
+	gens := make([]uint64, len(hs))
+	for i, h := range hs {
 		if h.loseAt.Before(first) {
 			first = h.loseAt
 		}
+		gens[i] = h.gen
 	}
 	k.mu.Unlock()
-	return context.WithDeadline(k.stopCtx, sent.Add(first.Sub(sent)/2))
+	ctx, cancel := context.WithDeadline(k.stopCtx, sent.Add(first.Sub(sent)/2))
+	return ctx, cancel, gens
 }
 
 // renewOne renews h with one RenewLease.
 func (k *Keeper) renewOne(h *Held) {
 	sent := time.Now()
-	ctx, cancel := k.callContext([]*Held{h}, sent)
+	ctx, cancel, gens := k.callContext([]*Held{h}, sent)
 	defer cancel()
 	ok, err := k.p.RenewLease(ctx, h.key, h.owner, h.ttl)
 	k.mu.Lock()
-	k.applyLocked(h, sent, ok, err)
+	k.applyLocked(h, gens[0], sent, ok, err)
 	k.mu.Unlock()
 }
 
@@ -474,12 +496,18 @@ func (k *Keeper) renewBatch(chunk []*Held) {
 		reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
 	}
 	sent := time.Now()
-	ctx, cancel := k.callContext(chunk, sent)
+	ctx, cancel, gens := k.callContext(chunk, sent)
 	defer cancel()
 	oks, err := k.batch.RenewLeases(ctx, reqs)
 	var each []error
-	if be, isBatch := errors.AsType[*BatchError](err); isBatch && len(be.Errs) == len(reqs) && len(oks) == len(reqs) {
-		each, err = be.Errs, nil
+	if be, isBatch := errors.AsType[*BatchError](err); isBatch {
+		if len(be.Errs) == len(reqs) && len(oks) == len(reqs) {
+			each, err = be.Errs, nil
+		} else {
+			// Malformed: no result is known, and no single entry (a
+			// revoke, say) may end every Held of the chunk.
+			err = fmt.Errorf("lease: RenewLeases returned %d results and %d errors for %d requests: %v", len(oks), len(be.Errs), len(reqs), err)
+		}
 	}
 	if err == nil && len(oks) != len(reqs) {
 		err = fmt.Errorf("lease: RenewLeases returned %d results for %d requests", len(oks), len(reqs))
@@ -494,14 +522,20 @@ func (k *Keeper) renewBatch(chunk []*Held) {
 		if herr == nil {
 			ok = oks[i]
 		}
-		k.applyLocked(h, sent, ok, herr)
+		k.applyLocked(h, gens[i], sent, ok, herr)
 	}
 }
 
-// applyLocked records the outcome of renewing h with a call started at
-// sent. k.mu is held.
-func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
+// applyLocked records the outcome of renewing h with a call started at sent
+// in renewal generation gen. k.mu is held. A Held whose loss deadline has
+// passed has ended, whatever the outcome; a result of an older generation
+// is dropped (a Transfer whose outcome is unknown started a new one).
+func (k *Keeper) applyLocked(h *Held, gen uint64, sent time.Time, ok bool, err error) {
+	if gen != h.gen {
+		return
+	}
 	h.renewing = false
+	k.expireLocked(h, time.Now())
 	if h.state != heldActive {
 		return // released, transferring or ended meanwhile
 	}
@@ -516,7 +550,7 @@ func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
 	default:
 		h.lastErr = nil
 		h.next = sent.Add(h.interval)
-		if loseAt := sent.Add(h.ttl - h.margin); loseAt.After(h.loseAt) {
+		if loseAt := sent.Add(h.life); loseAt.After(h.loseAt) {
 			h.loseAt = loseAt
 			h.timer.Reset(time.Until(loseAt))
 		}
@@ -547,12 +581,13 @@ type Held struct {
 	key, owner                string
 	token                     uint64
 	ttl, interval             time.Duration
-	margin, retry             time.Duration
+	life, retry               time.Duration   // life: TTL (in whole ms) − margin
 	ctx                       context.Context // cancelled with the cause when the Held ends
 	hctx                      heldContext     // what Context returns
 	cancel                    context.CancelCauseFunc
 	state                     heldState // guarded by k.mu, like the fields below
 	renewing                  bool      // a renew call for it is in flight
+	gen                       uint64    // renewal generation; results of older ones are dropped
 	next, loseAt              time.Time
 	timer                     *time.Timer // fires expire at loseAt
 	lastErr                   error
@@ -563,13 +598,16 @@ func (k *Keeper) newHeld(ctx context.Context, key, owner string, token uint64, t
 	// Lost a margin before the backend could expire the lease; the margin
 	// leaves room for the last renewal and never reaches back before the
 	// next renewal is due.
-	margin := min(ttl/10, (ttl-interval)/2)
+	// The TTL counts in whole milliseconds, as backends on Redis round it
+	// down; the margin is at least 1ms when the interval leaves room.
+	margin := max(min(ttl/10, (ttl-interval)/2), min(time.Millisecond, (ttl-interval)/2))
+	life := ttl.Truncate(time.Millisecond) - margin
 	h := &Held{
 		k: k, key: key, owner: owner, token: token,
-		ttl: ttl, interval: interval, margin: margin,
+		ttl: ttl, interval: interval, life: life,
 		retry:  max(min(ttl/10, interval), time.Millisecond/10),
 		next:   sent.Add(interval),
-		loseAt: sent.Add(ttl - margin),
+		loseAt: sent.Add(life),
 	}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	h.hctx = heldContext{Context: h.ctx, h: h}
@@ -631,10 +669,12 @@ func (h *Held) Deadline() time.Time {
 }
 
 // Done returns a channel that is closed when the Held ends: released,
-// transferred, lost, or its Keeper closed. When it closes because of a
-// failing or refused renewal, it does so at the latest at the loss deadline,
-// before the lease could expire on the backend, so work guarded by it stops
-// before another owner can take over.
+// transferred, lost, or its Keeper closed. When it closes because renewals
+// failed, it does so at the loss deadline (by the Held's own timer, so
+// after it by the runtime's timer latency, normally far less than the
+// margin), before the lease could expire on the backend, so work guarded by
+// it stops before another owner can take over. Err checks the clock itself
+// and is non-nil from the deadline's first instant.
 func (h *Held) Done() <-chan struct{} { return h.ctx.Done() }
 
 // Context returns a context that is cancelled when the Held ends, with the
@@ -722,7 +762,13 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	case err != nil:
 		if h.state == heldTransferring {
 			h.state = heldActive
-			h.next = time.Now() // renew at once: it tells whether the transfer happened
+			// Renew at once: it tells whether the transfer happened. A
+			// renewal already in flight may have been answered before the
+			// transfer reached the server: a new generation drops its
+			// result rather than let it keep the Held live.
+			h.gen++
+			h.renewing = false
+			h.next = time.Now()
 			k.signal()
 		}
 		k.mu.Unlock()

@@ -60,32 +60,7 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 	case <-done:
 	case <-ctx.Done():
 	}
-	out, err := r.result(ctx)
-	return out, r.revokedErrors(ctx, out, err)
-}
-
-// revokedErrors adds to the outcome of a renewal the *lease.RevokedError of
-// each request renew_many.lua answered 'r' for (its reason read with
-// LeaseState; "" when that read fails), as a *lease.BatchError entry.
-func (r *renewal) revokedErrors(ctx context.Context, out []bool, err error) error {
-	r.mu.Lock()
-	revoked := slices.Clone(r.revoked)
-	r.mu.Unlock()
-	if len(revoked) == 0 || out == nil {
-		return err
-	}
-	be, ok := errors.AsType[*lease.BatchError](err)
-	if !ok {
-		be = &lease.BatchError{Errs: make([]error, len(r.reqs))}
-	}
-	for _, q := range revoked {
-		var reason string
-		if st, serr := r.b.LeaseState(ctx, r.reqs[q].Key); serr == nil {
-			reason = st.Reason
-		}
-		be.Errs[q] = &lease.RevokedError{Key: r.reqs[q].Key, Owner: r.reqs[q].Owner, Reason: reason}
-	}
-	return be
+	return r.result(ctx)
 }
 
 // renewal is one RenewLeases call.
@@ -101,7 +76,6 @@ type renewal struct {
 	out      []bool
 	errs     []error
 	answered []bool // per run
-	revoked  []int  // requests whose tenure was revoked (renew_many.lua's 'r')
 }
 
 // run is one pipeline: groups [lo, hi) of one shard.
@@ -174,12 +148,8 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 		calls[ci] = newCall(ctx, renewManyScript, keys, argv...)
 	}
 	r.b.sendCalls(ctx, calls)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.finished {
-		return
-	}
-	r.answered[i] = true
+	out := make(map[int]bool)
+	errs := make(map[int]error)
 	for ci, c := range calls {
 		g := r.groups[rn.lo+ci]
 		res, err := c.cmd.Text()
@@ -189,13 +159,33 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 		for j, q := range g {
 			switch {
 			case err != nil:
-				r.errs[q] = err
+				errs[q] = err
+			case res[j] == '1' || res[j] == '0':
+				out[q] = res[j] == '1'
 			case res[j] == 'r':
-				r.revoked = append(r.revoked, q)
+				// Revoked: the error carries the reason, read here so
+				// that the caller's wait for ctx covers it.
+				var reason string
+				if st, serr := r.b.LeaseState(ctx, r.reqs[q].Key); serr == nil {
+					reason = st.Reason
+				}
+				errs[q] = &lease.RevokedError{Key: r.reqs[q].Key, Owner: r.reqs[q].Owner, Reason: reason}
 			default:
-				r.out[q] = res[j] == '1'
+				errs[q] = fmt.Errorf("unexpected reply byte %q for lease %q", res[j], r.reqs[q].Key)
 			}
 		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finished {
+		return
+	}
+	r.answered[i] = true
+	for q, ok := range out {
+		r.out[q] = ok
+	}
+	for q, err := range errs {
+		r.errs[q] = err
 	}
 }
 
@@ -216,24 +206,34 @@ func (r *renewal) result(ctx context.Context) ([]bool, error) {
 			}
 		}
 	}
-	failed := 0
+	// Only when no request got an answer (a revoke is an answer) is the
+	// whole call an error; otherwise each failure is named.
+	failed, answered := 0, 0
 	var first error
 	for _, err := range r.errs {
-		if err != nil {
+		switch {
+		case err == nil:
+			answered++
+		case errors.Is(err, lease.ErrRevoked):
+			failed++
+			answered++
+		default:
 			failed++
 			first = cmp.Or(first, err)
 		}
 	}
-	what := fmt.Sprintf("renew %d leases", len(r.reqs))
 	switch {
 	case failed == 0:
 		return r.out, nil
-	case failed == len(r.reqs):
-		return nil, r.b.batchErr(what, first)
+	case answered == 0:
+		return nil, r.b.batchErr(fmt.Sprintf("renew %d leases", len(r.reqs)), first)
 	}
 	errs := make([]error, len(r.errs))
 	for i, err := range r.errs {
-		if err != nil {
+		switch {
+		case errors.Is(err, lease.ErrRevoked):
+			errs[i] = err
+		case err != nil:
 			errs[i] = r.b.batchErr(fmt.Sprintf("renew lease %q", r.reqs[i].Key), err)
 		}
 	}

@@ -103,7 +103,11 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 			pipe.PExpire(ctx, r.key, max(idle, time.Millisecond))
 		}
 		if r.trim && trims[r.key] == nil {
-			trims[r.key] = trimScript.EvalSha(ctx, pipe, []string{r.key}, s.trimArgs()...)
+			if s.trimCached.Load() {
+				trims[r.key] = trimScript.EvalSha(ctx, pipe, []string{r.key}, s.trimArgs()...)
+			} else {
+				trims[r.key] = trimScript.Eval(ctx, pipe, []string{r.key}, s.trimArgs()...)
+			}
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command

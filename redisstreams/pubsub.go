@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,11 @@ type streamBus struct {
 	cancel    context.CancelFunc
 
 	pubQ combiner[*pubReq] // publisher.go: coalesces concurrent publishes
+
+	// trimCached: trim.lua was last seen cached on the server, so the
+	// publish pipeline sends it as EVALSHA; otherwise as EVAL, which caches
+	// it, so that no publish pays a NOSCRIPT fallback round trip.
+	trimCached atomic.Bool
 
 	acks acker
 

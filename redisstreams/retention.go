@@ -45,14 +45,19 @@ func (s *streamBus) trimArgs() []any {
 	return []any{s.b.opts.Retention, trimMaxPerCall}
 }
 
-// checkTrim reads the outcome of a trim sent in a pipeline. A server that
-// did not have the script cached runs it again with EVAL (which caches it);
+// checkTrim reads the outcome of a trim sent in a pipeline. The pipeline
+// sends the script as EVAL until it is known cached; a server that lost it
+// meanwhile (NOSCRIPT) runs it again with EVAL (which caches it);
 // other errors are logged: the event was stored, only its stream stays
 // longer until the next trim.
 func (s *streamBus) checkTrim(ctx context.Context, key string, cmd *redis.Cmd) {
 	err := cmd.Err()
 	if err != nil && isNoScript(err) {
+		s.trimCached.Store(false) // the next trim goes as EVAL
 		err = trimScript.Run(ctx, s.b.client, []string{key}, s.trimArgs()...).Err()
+	}
+	if err == nil {
+		s.trimCached.Store(true)
 	}
 	if err != nil {
 		s.b.opts.Logger.Warn("redisstreams: trimming a stream failed; it is trimmed again on a later publish", "stream", key, "err", err)

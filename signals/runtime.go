@@ -385,7 +385,7 @@ const noticePollFirst = 2 * time.Millisecond
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	err := rt.handleNotice(ctx, ev)
-	if errors.Is(err, errRetry) && rt.isClosed() {
+	if err != nil && rt.isClosed() {
 		// Closing: hand the notice to the live runtimes at once (a copy
 		// they can take now, then the ack of this one) rather than leave it
 		// pending here until its ack deadline.
@@ -400,7 +400,7 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	return err
 }
 
-// handleNotice is onNotice's work; errRetry (a nack) means the signal is
+// handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	thread, id := ev.Metadata[metaThread], ev.Metadata[metaSignal]

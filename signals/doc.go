@@ -207,8 +207,13 @@
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A
-// wake notice whose signal fell out of the record is acked after ten clean
-// tenures of its holder met nothing. Without a lease provider, deduplication
+// wake notice whose signal fell out of the record is acked once one tenure
+// of the process holding the notice, started after that process first
+// received it, ends cleanly with the inbox drained (TestStaleNoticeAcked:
+// acked about 0.6s after it was published, after 1 recovered tenure); on a
+// pubsub without pubsub.DrainedDeleter, after ten such tenures. The
+// process remembers when it first received each notice it has not acked
+// (beyond 4,096 of them, entries older than 10 minutes are dropped). Without a lease provider, deduplication
 // is per process.
 //
 // While another process holds a thread, each wake notice of it costs up to

@@ -1,5 +1,7 @@
 package signals
 
+import "github.com/leasebus/leasebus/pubsub"
+
 // Hooks are called at points of a tenure's end; a hook may block to hold the
 // tenure there.
 type Hooks struct {
@@ -20,4 +22,10 @@ func WithHooks(h Hooks) Option {
 		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease, beforeHandOff: h.BeforeHandOff}
 		return nil
 	}
+}
+
+// WakeNotice returns the wake notice Send publishes for signal id of thread
+// (without its Action), for tests that replay one.
+func WakeNotice(thread, id string) pubsub.Event {
+	return pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: id}}
 }

@@ -83,6 +83,9 @@ type Runtime struct {
 	closeOnce sync.Once
 	closeErr  error
 	closedCh  chan struct{}
+
+	seenMu sync.Mutex
+	seen   map[string]time.Time // wake notice ID → when this process first received it (noticeSeen)
 }
 
 // New returns a Runtime that runs agent for the threads sent to through ps.
@@ -385,6 +388,9 @@ const noticePollFirst = 2 * time.Millisecond
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	err := rt.handleNotice(ctx, ev)
+	if err == nil {
+		rt.noticeDone(ev.ID)
+	}
 	if err != nil && rt.isClosed() {
 		// Closing: hand the notice to the live runtimes at once (a copy
 		// they can take now, then the ack of this one) rather than leave it
@@ -400,6 +406,42 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	return err
 }
 
+// noticeSeen returns when this process first received the notice id (now,
+// the first time). The map forgets entries older than noticeSeenTTL when it
+// grows past noticeSeenMax, so it stays bounded; a forgotten notice counts
+// as first received now, which only delays its ack.
+func (rt *Runtime) noticeSeen(id string, now time.Time) time.Time {
+	rt.seenMu.Lock()
+	defer rt.seenMu.Unlock()
+	if t, ok := rt.seen[id]; ok {
+		return t
+	}
+	if rt.seen == nil {
+		rt.seen = make(map[string]time.Time)
+	}
+	if len(rt.seen) >= noticeSeenMax {
+		for k, t := range rt.seen {
+			if now.Sub(t) > noticeSeenTTL {
+				delete(rt.seen, k)
+			}
+		}
+	}
+	rt.seen[id] = now
+	return now
+}
+
+// noticeDone forgets an acked notice.
+func (rt *Runtime) noticeDone(id string) {
+	rt.seenMu.Lock()
+	delete(rt.seen, id)
+	rt.seenMu.Unlock()
+}
+
+const (
+	noticeSeenMax = 4096
+	noticeSeenTTL = 10 * time.Minute
+)
+
 // handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
@@ -408,7 +450,10 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		rt.log.Warn("signals: dropping malformed wake notice", "id", ev.ID)
 		return nil
 	}
-	received := time.Now()
+	// From the first time this process received the notice: a tenure that
+	// started after that started after the signal was in the inbox, also
+	// when the notice comes back after a nack.
+	received := rt.noticeSeen(ev.ID, time.Now())
 	hold := time.NewTimer(rt.cfg.ttl / 4)
 	defer hold.Stop()
 	misses := 0
@@ -445,6 +490,13 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 				return errRetry
 			case awaitEnded:
 				if s.clean && s.startedAt.After(received) {
+					if s.drained {
+						// A tenure that started after this notice arrived
+						// (so after its signal was in the inbox) took and
+						// acked every entry: the signal was run or skipped
+						// as a duplicate, and fell out of the done record.
+						return nil
+					}
 					misses++
 				}
 			}
@@ -457,8 +509,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			return nil
 		}
 		if misses >= 10 {
-			// Ten tenures of this process drained the inbox without meeting
-			// the signal: it was run and fell out of the done record.
+			// Ten tenures of this process ended without meeting the signal
+			// (on a pubsub that cannot tell whether they drained the inbox):
+			// it was run and fell out of the done record.
 			return nil
 		}
 		if !time.Now().Before(tryAt) {

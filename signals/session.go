@@ -30,6 +30,7 @@ type session struct {
 	quitOnce   sync.Once
 	ended      chan struct{} // closed when the session is over
 	clean      bool          // set before ended closes: released, not lost
+	drained    bool          // set before ended closes: it left the inbox drained and deleted it
 
 	mu      sync.Mutex
 	held    *lease.Held
@@ -435,7 +436,12 @@ func (s *session) dropDrainedInbox() {
 	// waiting on this tenure included. An ack not yet written keeps the
 	// inbox, which is safe; redisstreams writes a subscription's acks
 	// before its Unsubscribe returns.)
-	if _, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(s.thread), InboxGroup); err != nil {
+	gone, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(s.thread), InboxGroup)
+	if err != nil {
 		s.rt.log.Warn("signals: deleting a drained inbox failed", "thread", s.thread, "err", err)
+		return
 	}
+	s.mu.Lock()
+	s.drained = gone
+	s.mu.Unlock()
 }

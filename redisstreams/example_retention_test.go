@@ -5,8 +5,6 @@ import (
 	"errors"
 	"log"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/redisstreams"
 )
@@ -17,10 +15,7 @@ import (
 // example needs a Redis at localhost:6379, so it is compiled but not run.
 func ExampleBackend_CheckEviction() {
 	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	defer client.Close()
-
-	b, err := redisstreams.New(client, redisstreams.Options{Retention: 10_000})
+	b, err := redisstreams.NewURL(ctx, "redis://localhost:6379/0", redisstreams.Options{Retention: 10_000})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -28,8 +28,7 @@ revoke --help).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	prefix := fs.String("prefix", "", "list only lease keys that start with this `prefix`")
-	watch := fs.Bool("watch", false, "refresh the list every --interval until interrupted")
-	interval := fs.Duration("interval", time.Second, "refresh `period` of --watch")
+	w := fs.watchFlags()
 	all := fs.Bool("all", false, "also list the signals runtime's internal records")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -38,8 +37,8 @@ revoke --help).`)
 	if len(pos) != 0 {
 		return usageErrorf("unexpected argument %q (see leasebus leases --help)", pos[0])
 	}
-	if *interval <= 0 {
-		return usageErrorf("--interval %v is not positive", *interval)
+	if err := w.check(); err != nil {
+		return err
 	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
@@ -48,41 +47,17 @@ revoke --help).`)
 	defer b.Close()
 	var insp lease.Inspector = b
 
-	tty := isTerminal(e.stdout)
-	for {
+	return w.refresh(ctx, e, func() (string, func(), error) {
 		infos, err := insp.ListLeases(ctx, *prefix)
 		if err != nil {
-			if ctx.Err() != nil && *watch {
-				return nil
-			}
-			return fmt.Errorf("list leases: %w", err)
+			return "", nil, fmt.Errorf("list leases: %w", err)
 		}
 		infos, statuses, err := leaseStatuses(ctx, b, infos, *all) // revoke.go
 		if err != nil {
-			if ctx.Err() != nil && *watch {
-				return nil
-			}
-			return err
+			return "", nil, err
 		}
-		if *watch {
-			if tty {
-				fmt.Fprint(e.stdout, "\x1b[H\x1b[2J")
-			}
-			fmt.Fprintf(e.stdout, "%s  %d live lease(s)\n", time.Now().Format("15:04:05"), len(infos))
-		}
-		printLeases(e.stdout, infos, statuses, *prefix)
-		if !*watch {
-			return nil
-		}
-		if !tty {
-			fmt.Fprintln(e.stdout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(*interval):
-		}
-	}
+		return fmt.Sprintf("%d live lease(s)", len(infos)), func() { printLeases(e.stdout, infos, statuses, *prefix) }, nil
+	})
 }
 
 // printLeases writes the lease table.

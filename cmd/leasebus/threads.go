@@ -29,8 +29,7 @@ it runs (see leasebus threads cancel --help).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	prefix := fs.String("prefix", "", "list only threads whose name starts with this `prefix`")
-	watch := fs.Bool("watch", false, "refresh the list every --interval until interrupted")
-	interval := fs.Duration("interval", time.Second, "refresh `period` of --watch")
+	w := fs.watchFlags()
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -38,8 +37,8 @@ it runs (see leasebus threads cancel --help).`)
 	if len(pos) != 0 {
 		return usageErrorf("unexpected argument %q (see leasebus threads --help)", pos[0])
 	}
-	if *interval <= 0 {
-		return usageErrorf("--interval %v is not positive", *interval)
+	if err := w.check(); err != nil {
+		return err
 	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
@@ -52,34 +51,14 @@ it runs (see leasebus threads cancel --help).`)
 	}
 	defer c.Close()
 
-	tty := isTerminal(e.stdout)
-	for {
+	return w.refresh(ctx, e, func() (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
 		if err != nil {
-			if ctx.Err() != nil && *watch {
-				return nil
-			}
-			return fmt.Errorf("list threads: %w", err)
+			return "", nil, fmt.Errorf("list threads: %w", err)
 		}
-		if *watch {
-			if tty {
-				fmt.Fprint(e.stdout, "\x1b[H\x1b[2J")
-			}
-			fmt.Fprintf(e.stdout, "%s  %d thread(s) held\n", time.Now().Format("15:04:05"), len(list))
-		}
-		printThreads(e.stdout, list, *prefix, time.Now())
-		if !*watch {
-			return nil
-		}
-		if !tty {
-			fmt.Fprintln(e.stdout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(*interval):
-		}
-	}
+		now := time.Now()
+		return fmt.Sprintf("%d thread(s) held", len(list)), func() { printThreads(e.stdout, list, *prefix, now) }, nil
+	})
 }
 
 // printThreads writes the thread table; now dates the LAST SIGNAL column.

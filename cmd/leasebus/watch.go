@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// watchFlags are the --watch and --interval flags of a listing command.
+type watchFlags struct {
+	watch    *bool
+	interval *time.Duration
+}
+
+// watchFlags adds --watch and --interval to fs.
+func (fs *flagSet) watchFlags() watchFlags {
+	return watchFlags{
+		watch:    fs.Bool("watch", false, "refresh the list every --interval until interrupted"),
+		interval: fs.Duration("interval", time.Second, "refresh `period` of --watch"),
+	}
+}
+
+// check rejects an --interval that is not positive.
+func (w watchFlags) check() error {
+	if *w.interval <= 0 {
+		return usageErrorf("--interval %v is not positive", *w.interval)
+	}
+	return nil
+}
+
+// refresh lists once, or with --watch every --interval until ctx ends
+// (then it returns nil, also when the listing failed because ctx ended).
+// list reads what to show and returns the header's summary ("3 live
+// lease(s)") and a function that prints it. With --watch each round starts
+// with the time and the summary; a terminal is cleared first, other output
+// gets a blank line between rounds.
+func (w watchFlags) refresh(ctx context.Context, e *env, list func() (summary string, print func(), err error)) error {
+	tty := isTerminal(e.stdout)
+	for {
+		summary, print, err := list()
+		if err != nil {
+			if ctx.Err() != nil && *w.watch {
+				return nil
+			}
+			return err
+		}
+		if *w.watch {
+			if tty {
+				fmt.Fprint(e.stdout, "\x1b[H\x1b[2J")
+			}
+			fmt.Fprintf(e.stdout, "%s  %s\n", time.Now().Format("15:04:05"), summary)
+		}
+		print()
+		if !*w.watch {
+			return nil
+		}
+		if !tty {
+			fmt.Fprintln(e.stdout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*w.interval):
+		}
+	}
+}

@@ -83,6 +83,9 @@ type SubscribeConfig struct {
 	// MaxRedeliveryDelay (or RedeliveryDelay itself when longer). 0
 	// redelivers at once.
 	RedeliveryDelay time.Duration
+	// ReadOnDemand makes a group subscription read only when told to (see
+	// [ReadOnDemand] and [Kicker]).
+	ReadOnDemand bool
 
 	err error
 }
@@ -183,6 +186,35 @@ func RedeliveryDelay(d time.Duration) SubscribeOption {
 	}
 }
 
+// ReadOnDemand makes a group subscription read new events only when told
+// to, instead of waiting for them: once as it starts, and again after each
+// [Kicker.Kick] of the Subscription, reading until a read finds nothing
+// new (and, as usual, no further ahead than its Concurrency). Redeliveries
+// (nacks, AckDeadline take-overs, ClaimPending) are unaffected. It is for
+// callers that subscribe to many topics and learn by other means when one
+// has something new, such as the signals runtime, which holds one such
+// subscription per active thread: on redisstreams such a subscription
+// holds no connection blocked in a read, so their number does not bound or
+// exhaust the connection pool. A backend without connections to spare
+// (inmem) may deliver without a Kick; what it must never do is miss an
+// event published before a Kick. It requires Group.
+//
+// The caller must Kick after every publish it wants read: an event
+// published after the last read that found nothing new waits, unread, until
+// the next Kick.
+func ReadOnDemand() SubscribeOption {
+	return func(c *SubscribeConfig) { c.ReadOnDemand = true }
+}
+
+// Kicker is implemented by the subscriptions of backends that support
+// [ReadOnDemand]. Kick makes the subscription read what was published
+// before the call (at once, or right after a read in progress); it never
+// blocks, and calls while a read is pending coalesce. On a subscription
+// made without ReadOnDemand it does nothing.
+type Kicker interface {
+	Kick()
+}
+
 func (c *SubscribeConfig) fail(err error) {
 	if c.err == nil {
 		c.err = err
@@ -211,6 +243,9 @@ func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
 	}
 	if c.ClaimPending && c.Group == "" {
 		return SubscribeConfig{}, fmt.Errorf("%w: claim pending needs a group (fan-out subscriptions have nothing pending)", ErrInvalid)
+	}
+	if c.ReadOnDemand && c.Group == "" {
+		return SubscribeConfig{}, fmt.Errorf("%w: read on demand needs a group (a fan-out subscription reads every event anyway)", ErrInvalid)
 	}
 	return c, nil
 }

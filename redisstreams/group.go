@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,19 @@ type groupSub struct {
 	// take a later pending entry before an earlier one.
 	claimed chan struct{}
 
+	// kick holds a pending Kick of a ReadOnDemand subscription; kicked
+	// says a Kick came since the last reclaim pass (a ReadOnDemand
+	// subscription looks for stale entries only while it is being told
+	// about new ones).
+	kick   chan struct{}
+	kicked atomic.Bool
+
+	// due holds nacked entries whose redelivery delay has passed, for
+	// retryLoop; dueCh wakes it. Waiting entries hold no handler and no
+	// token, so a nacked entry never stops the others.
+	due   []*groupMsg
+	dueCh chan struct{}
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -55,6 +69,8 @@ type groupMsg struct {
 	received time.Time // when our claim (read or XCLAIM) was answered
 	started  bool      // a handler has begun it
 	lost     bool      // another consumer took it over before we started it
+	waiting  bool      // nacked: pending here until its redelivery delay passed
+	timer    *time.Timer
 }
 
 // subscribeGroup starts one consumer of the group cfg.Group on topic. With
@@ -96,6 +112,8 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 		ch:       make(chan *groupMsg, prefetch),
 		inflight: make(map[string]*groupMsg),
 		claimed:  make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		dueCh:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	if !cfg.ClaimPending {
@@ -110,15 +128,26 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	go func() {
 		defer g.wg.Done()
 		defer close(readerDone)
-		g.readLoop()
+		if cfg.ReadOnDemand {
+			g.readOnDemand()
+		} else {
+			g.readLoop()
+		}
 	}()
-	go func() {
-		defer g.wg.Done()
-		g.bl.waker(make(chan struct{}, 1), readerDone)
-	}()
+	if !cfg.ReadOnDemand {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.bl.waker(make(chan struct{}, 1), readerDone)
+		}()
+	}
 	go func() {
 		defer g.wg.Done()
 		g.reclaimLoop()
+	}()
+	go func() {
+		defer g.wg.Done()
+		g.retryLoop()
 	}()
 	for range cfg.Concurrency {
 		go func() {
@@ -229,14 +258,20 @@ func (g *groupSub) cleanup() error {
 	// our read, so the next consumer sees its first attempt.
 	// An entry we took over from another consumer keeps the count it had
 	// before our claim.
+	// Nacked entries waiting for their redelivery delay are handed back
+	// the same way, keeping the attempts they were given.
 	g.mu.Lock()
 	byCount := make(map[int][]any)
 	for id, m := range g.inflight {
-		if !m.started && !m.lost {
+		switch {
+		case m.waiting:
+			m.timer.Stop()
+			byCount[m.attempt] = append(byCount[m.attempt], id)
+		case !m.started && !m.lost:
 			byCount[m.attempt-1] = append(byCount[m.attempt-1], id)
 		}
 	}
-	g.inflight = nil
+	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
 	for count, ids := range byCount {
 		args := append([]any{"XCLAIM", g.key, g.group, g.consumer, 0}, ids...)
@@ -323,6 +358,90 @@ func (g *groupSub) readLoop() {
 			}
 		}
 		g.putTokens(n - got)
+	}
+}
+
+// Kick makes a ReadOnDemand subscription read what was published before the
+// call (pubsub.Kicker); on other subscriptions it does nothing.
+func (g *groupSub) Kick() {
+	if !g.cfg.ReadOnDemand {
+		return
+	}
+	g.kicked.Store(true)
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// readOnDemand is readLoop for a ReadOnDemand subscription: XREADGROUP
+// without BLOCK on the client's pool, once at the start and then after each
+// Kick, again and again while reads come back full. It holds no connection
+// between reads. A Kick that arrives before a read starts is covered by that
+// read (it sees every entry added before it); one that arrives later makes
+// another read.
+func (g *groupSub) readOnDemand() {
+	if g.cfg.ClaimPending {
+		g.claimPending()
+		close(g.claimed)
+	}
+	bo := newRetry()
+	more := true // the first read, then after full reads and failures
+	for g.ctx.Err() == nil {
+		if !more {
+			select {
+			case <-g.kick:
+			case <-g.ctx.Done():
+				return
+			}
+		}
+		n := g.takeTokens()
+		if n == 0 {
+			return
+		}
+		select { // this read covers a Kick that came before it
+		case <-g.kick:
+		default:
+		}
+		res, err := g.s.b.client.XReadGroup(g.ctx, &redis.XReadGroupArgs{
+			Group:    g.group,
+			Consumer: g.consumer,
+			Streams:  []string{g.key, ">"},
+			Count:    int64(n),
+			Block:    -1,
+		}).Result()
+		now := time.Now()
+		switch {
+		case err == redis.Nil:
+			bo.Reset()
+			g.putTokens(n)
+			more = false
+			continue
+		case isNoGroup(err):
+			g.putTokens(n)
+			g.recreate(&bo)
+			more = true
+			continue
+		case err != nil:
+			g.putTokens(n)
+			g.fail(err, &bo)
+			more = true
+			continue
+		}
+		bo.Reset()
+		got := 0
+		for _, xs := range res {
+			for _, msg := range xs.Messages {
+				m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
+				g.mu.Lock()
+				g.inflight[m.id] = m
+				g.mu.Unlock()
+				g.ch <- m
+				got++
+			}
+		}
+		g.putTokens(n - got)
+		more = got == n
 	}
 }
 
@@ -525,8 +644,12 @@ func (g *groupSub) work() {
 	}
 }
 
-// process handles one entry to its end here: acked, dead-lettered, left
-// pending for another member, or lost to one.
+// process handles one attempt of an entry: acked, dead-lettered, left
+// pending for another member, lost to one, or nacked. A nacked entry of a
+// Concurrency(1) subscription is redelivered on the same handler after the
+// redelivery delay (order); on a larger Concurrency it is left pending here,
+// holding no handler, for retryLoop to deliver again after the delay, so
+// that a nacked entry never holds up the others.
 func (g *groupSub) process(m *groupMsg) {
 	g.mu.Lock()
 	if g.ctx.Err() != nil {
@@ -540,9 +663,58 @@ func (g *groupSub) process(m *groupMsg) {
 	}
 	m.started = true
 	g.mu.Unlock()
-	defer g.forget(m.id)
 
+	ev, err := decodeEvent(m.values)
+	if err != nil {
+		if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err) == nil {
+			g.s.acks.add(g.key, g.group, m.id)
+		}
+		g.forget(m.id)
+		return
+	}
+	ev.DeliveryAttempt = m.attempt
+	if g.p.Handle(g.ctx, ev) == nil {
+		if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
+			g.s.acks.add(g.key, g.group, m.id)
+		}
+		g.forget(m.id)
+		return
+	}
+	if g.ctx.Err() != nil {
+		g.forget(m.id)
+		return // pending: reclaimed after the ack deadline
+	}
+	if g.cfg.Concurrency == 1 {
+		// In order: nothing later is delivered before this entry's next
+		// attempt, so its one handler waits out the delay.
+		g.retryInPlace(m)
+		return
+	}
+	g.retryLater(m, g.p.RedeliveryDelay(m.attempt))
+}
+
+// retryInPlace redelivers the nacked entry m on the handler that had it,
+// after the redelivery delay, until it is acked or the subscription stops:
+// how a Concurrency(1) subscription keeps its order.
+func (g *groupSub) retryInPlace(m *groupMsg) {
+	defer g.forget(m.id)
 	for {
+		if backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt)) != nil {
+			return
+		}
+		// Claim it again: that counts the attempt on the server. MinIdle is
+		// the time since our own claim, so an entry another member has
+		// taken over in the meantime (its idle time restarted) is left to it.
+		msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer,
+			MinIdle: time.Since(m.received), Messages: []string{m.id},
+		}).Result()
+		if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
+			return
+		}
+		m.received = time.Now()
+		m.values = msgs[0].Values
+		m.attempt++
 		ev, err := decodeEvent(m.values)
 		if err != nil {
 			if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err) == nil {
@@ -552,31 +724,88 @@ func (g *groupSub) process(m *groupMsg) {
 		}
 		ev.DeliveryAttempt = m.attempt
 		if g.p.Handle(g.ctx, ev) == nil {
-			if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
+			if !g.s.abandoned() {
 				g.s.acks.add(g.key, g.group, m.id)
 			}
 			return
 		}
 		if g.ctx.Err() != nil {
-			return // pending: reclaimed after the ack deadline
-		}
-		if backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt)) != nil {
 			return
 		}
-		// Claim it again: that counts the attempt on the server. MinIdle is
-		// the time since our own claim, so an entry another member has
-		// taken over in the meantime (its idle time restarted) is left to it.
-		minIdle := time.Since(m.received)
-		msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
-			Stream: g.key, Group: g.group, Consumer: g.consumer,
-			MinIdle: minIdle, Messages: []string{m.id},
-		}).Result()
-		if err != nil || len(msgs) == 0 {
+	}
+}
+
+// retryLater keeps the nacked entry m pending on this consumer, holding no
+// handler and no token, and gives it to retryLoop after d.
+func (g *groupSub) retryLater(m *groupMsg, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight == nil {
+		return
+	}
+	m.waiting = true
+	m.timer = time.AfterFunc(d, func() {
+		g.mu.Lock()
+		if g.inflight == nil || g.inflight[m.id] != m || !m.waiting {
+			g.mu.Unlock()
 			return
 		}
-		m.received = time.Now()
-		m.values = msgs[0].Values
-		m.attempt++
+		g.due = append(g.due, m)
+		g.mu.Unlock()
+		select {
+		case g.dueCh <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// retryLoop delivers nacked entries again once their delay passed: for each
+// it waits for a free token, claims it again (which counts the attempt on
+// the server; MinIdle is the time since our own claim, so an entry another
+// member has taken over meanwhile, its idle time restarted, is left to it)
+// and queues it for a handler.
+func (g *groupSub) retryLoop() {
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.dueCh:
+		}
+		for {
+			g.mu.Lock()
+			if len(g.due) == 0 {
+				g.mu.Unlock()
+				break
+			}
+			m := g.due[0]
+			g.due[0] = nil
+			g.due = g.due[1:]
+			g.mu.Unlock()
+			select {
+			case <-g.tokens:
+			case <-g.ctx.Done():
+				return
+			}
+			g.mu.Lock()
+			minIdle := time.Since(m.received)
+			g.mu.Unlock()
+			msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
+				Stream: g.key, Group: g.group, Consumer: g.consumer,
+				MinIdle: minIdle, Messages: []string{m.id},
+			}).Result()
+			if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
+				g.forget(m.id)
+				g.tokens <- struct{}{}
+				continue
+			}
+			g.mu.Lock()
+			m.received = time.Now()
+			m.values = msgs[0].Values
+			m.attempt++
+			m.waiting, m.started, m.timer = false, false, nil
+			g.mu.Unlock()
+			g.ch <- m
+		}
 	}
 }
 
@@ -606,6 +835,14 @@ func (g *groupSub) reclaimLoop() {
 		case <-g.ctx.Done():
 			return
 		case <-t.C:
+		}
+		if g.cfg.ReadOnDemand && !g.kicked.Swap(false) {
+			// Not told about anything new since the last pass: nobody
+			// is using the subscription's topic, so nothing a stale
+			// member read can be waiting here (the next Kick or the next
+			// ClaimPending member finds it).
+			g.refreshQueued()
+			continue
 		}
 		g.refreshQueued()
 		// Claim batch after batch while there is room and there are stale

@@ -166,6 +166,7 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"StartFromUnknown", "start", sub(topic, ok, pubsub.StartFrom(pubsub.Position(7)))},
 		{"NilOption", "option", sub(topic, ok, pubsub.Concurrency(2), nil)},
 		{"ClaimPendingWithoutGroup", "claim pending", sub(topic, ok, pubsub.ClaimPending())},
+		{"ReadOnDemandWithoutGroup", "read on demand", sub(topic, ok, pubsub.ReadOnDemand())},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

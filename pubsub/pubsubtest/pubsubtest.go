@@ -110,6 +110,8 @@ func Run(t *testing.T, c Config) {
 		{"MaxDeliveriesCountsUnackedDeliveries", deadline, s.maxDeliveriesCountsUnacked},
 		{"RedeliveryDelayPaces", none, s.redeliveryDelayPaces},
 		{"RedeliveryDelayZero", none, s.redeliveryDelayZero},
+		{"NackHoldsUpNothing", groups, s.nackHoldsUpNothing},
+		{"ReadOnDemandReadsWhatWasKicked", groups, s.readOnDemandReadsWhatWasKicked},
 		{"OrderWithConcurrency1", none, s.orderWithConcurrency1},
 		{"ConcurrencyN", none, s.concurrencyN},
 		{"FlushWaitsForDelivery", none, s.flushWaitsForDelivery},

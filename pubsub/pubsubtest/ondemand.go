@@ -1,0 +1,87 @@
+package pubsubtest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// A nacked event waiting for its redelivery delay holds no handler slot: on
+// a group subscription with Concurrency(2) whose two slots each nacked an
+// event (delay 1s), a third event is handled before either nacked event
+// comes back. (With the slots held for the delay, it would come after.)
+func (s *suite) nackHoldsUpNothing(t *testing.T) {
+	ps := s.backend(t)
+	topic := topicFor(t)
+	rec := newRecorder()
+	s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+		rec.add("m", e)
+		if e.Type == "nack-once" && e.DeliveryAttempt == 1 {
+			return fmt.Errorf("attempt %d fails", e.DeliveryAttempt)
+		}
+		return nil
+	}, pubsub.Group("g"), pubsub.Concurrency(2), pubsub.RedeliveryDelay(time.Second))
+	s.publish(t, ps, topic, pubsub.Event{ID: "n1", Type: "nack-once"})
+	s.publish(t, ps, topic, pubsub.Event{ID: "n2", Type: "nack-once"})
+	rec.waitFor(t, s, "both nacked", func(ds []delivery) bool { return len(ds) >= 2 })
+	s.publish(t, ps, topic, pubsub.Event{ID: "ok", Type: "ok"})
+	rec.waitFor(t, s, "both redelivered", func(ds []delivery) bool {
+		n := 0
+		for _, d := range ds {
+			if d.e.DeliveryAttempt == 2 {
+				n++
+			}
+		}
+		return n == 2
+	})
+	var order []string
+	for _, d := range rec.all() {
+		order = append(order, fmt.Sprintf("%s#%d", d.e.ID, d.e.DeliveryAttempt))
+	}
+	for _, o := range order {
+		if o == "ok#1" {
+			return
+		}
+		if o == "n1#2" || o == "n2#2" {
+			t.Fatalf("deliveries %v: a nacked event came back before the next event was handled; its wait held a handler slot", order)
+		}
+	}
+	t.Fatalf("deliveries %v: the event published after the nacks was never handled", order)
+}
+
+// A ReadOnDemand group subscription gets what was published before it
+// started and, after each Kick, what was published before the Kick; it
+// never misses an event it was kicked for, including one published while
+// a read is in flight.
+func (s *suite) readOnDemandReadsWhatWasKicked(t *testing.T) {
+	ps := s.backend(t)
+	topic := topicFor(t)
+	s.publish(t, ps, topic, pubsub.Event{ID: "before", Type: "x"})
+	rec := newRecorder()
+	sub := s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+		rec.add("m", e)
+		return nil
+	}, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand(), pubsub.Concurrency(4))
+	rec.waitFor(t, s, "the event published before Subscribe", func(ds []delivery) bool { return len(ds) == 1 })
+	k, ok := sub.(pubsub.Kicker)
+	const n = 300
+	for i := range n {
+		s.publish(t, ps, topic, pubsub.Event{ID: fmt.Sprint("k", i), Type: "x"})
+		if ok {
+			k.Kick()
+		}
+	}
+	rec.waitFor(t, s, fmt.Sprintf("%d kicked events", n), func(ds []delivery) bool { return len(ds) == n+1 })
+	seen := map[string]int{}
+	for _, d := range rec.all() {
+		seen[d.e.ID]++
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("event %s delivered %d times, want once", id, c)
+		}
+	}
+}

@@ -39,6 +39,11 @@ type blocker struct {
 	clientID int64 // 0: cannot be unblocked
 	blocking bool
 	gen      uint64
+	// dirty is set by wake and cleared by arm: a wake that came while the
+	// owner was still getting its connection (no client id to unblock
+	// yet) is seen by fresh, and the owner reads its inputs again instead
+	// of blocking for BlockTime without them.
+	dirty bool
 
 	kick chan struct{} // wake tokens for the waker goroutine and idle owners
 }
@@ -95,8 +100,19 @@ func (bl *blocker) reset() {
 func (bl *blocker) arm() {
 	bl.mu.Lock()
 	bl.blocking = true
+	bl.dirty = false
 	bl.gen++
 	bl.mu.Unlock()
+}
+
+// fresh reports, between arm and the blocking call, whether no wake came
+// since arm: when one did, the owner must disarm and read its inputs again.
+// A wake after fresh is handled by the waker's CLIENT UNBLOCK, which
+// retries until the read reached the server.
+func (bl *blocker) fresh() bool {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	return !bl.dirty
 }
 
 func (bl *blocker) disarm() {
@@ -108,6 +124,9 @@ func (bl *blocker) disarm() {
 // wake makes the owner re-read its inputs soon: an idle owner waiting on
 // kick returns, and a blocked read is unblocked by the waker goroutine.
 func (bl *blocker) wake() {
+	bl.mu.Lock()
+	bl.dirty = true
+	bl.mu.Unlock()
 	select {
 	case bl.kick <- struct{}{}:
 	default:
@@ -389,6 +408,12 @@ func (r *fanReader) loop() {
 		if err != nil {
 			r.bl.disarm()
 			r.fail(ctx, err, &bo)
+			continue
+		}
+		if !r.bl.fresh() {
+			// A subscription came or went while the connection was being
+			// set up: read the stream list again.
+			r.bl.disarm()
 			continue
 		}
 		res, err := cmd.XRead(ctx, &redis.XReadArgs{

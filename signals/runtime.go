@@ -78,6 +78,7 @@ type Runtime struct {
 	sessions map[string]*session
 	wg       sync.WaitGroup // sessions
 	workSub  pubsub.Subscription
+	watchSub pubsub.Subscription // fan-out on WorkTopic: kicks local tenures
 	ctl      *Controller // control.go: Cancel, Status and the owner's side of a cancel
 
 	closeOnce sync.Once
@@ -85,7 +86,14 @@ type Runtime struct {
 	closedCh  chan struct{}
 
 	seenMu sync.Mutex
-	seen   map[string]time.Time // wake notice ID → when this process first received it (noticeSeen)
+	seen   map[string]seenNotice // wake notice ID → when this process first received it (noticeSeen)
+	ends   map[string]*tenureEnds
+}
+
+// seenNotice is a wake notice this process received and has not acked.
+type seenNotice struct {
+	first          time.Time // first received
+	thread, signal string
 }
 
 // New returns a Runtime that runs agent for the threads sent to through ps.
@@ -143,16 +151,32 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	}
 	rt.keeper = lease.NewKeeper(lp, lease.KeeperOptions{RenewEvery: cfg.renew})
 	rt.hardCtx, rt.hardCancel = context.WithCancel(context.Background())
+	// Notices that cannot be settled yet go back to the backend (a nack)
+	// and come back after the recovery interval (at least; see
+	// pubsub.RedeliveryDelay): a handler never waits for a run to end.
 	sub, err := ps.Subscribe(context.Background(), WorkTopic, rt.onNotice,
 		pubsub.Group(WorkGroup), pubsub.StartFrom(pubsub.Earliest),
-		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl/2))
+		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl/2),
+		pubsub.RedeliveryDelay(cfg.recovery))
 	if err != nil {
 		rt.hardCancel()
 		_ = rt.keeper.Close()
 		return nil, fmt.Errorf("signals: subscribe %s: %w", WorkTopic, err)
 	}
 	rt.workSub = sub
+	// Every runtime also sees every notice (fan-out, from now on): a
+	// notice of a thread this process holds tells its tenure to read the
+	// inbox, which it reads only when told (pubsub.ReadOnDemand).
+	watch, err := ps.Subscribe(context.Background(), WorkTopic, rt.onWatch, pubsub.StartFrom(pubsub.Latest))
+	if err != nil {
+		_ = sub.Unsubscribe(context.Background())
+		rt.hardCancel()
+		_ = rt.keeper.Close()
+		return nil, fmt.Errorf("signals: subscribe %s (fan-out): %w", WorkTopic, err)
+	}
+	rt.watchSub = watch
 	if err := rt.startControl(); err != nil {
+		_ = watch.Unsubscribe(context.Background())
 		_ = sub.Unsubscribe(context.Background())
 		rt.hardCancel()
 		_ = rt.keeper.Close()
@@ -236,7 +260,9 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	default:
 		acc = Accepted{Action: Delivered, SignalID: sig.ID}
 		if created {
-			acc.Action = Woke
+			acc.Action = Woke // its first read finds the signal
+		} else {
+			s.kick() // read the inbox: the signal is there
 		}
 		acc.RunID, acc.Owner = s.current()
 	}
@@ -400,34 +426,160 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ttl)
 		defer cancel()
 		if perr := rt.ps.Publish(pctx, WorkTopic, cp); perr == nil {
+			rt.noticeDone(ev.ID)
 			return nil
 		}
 	}
 	return err
 }
 
+// handBackNotices runs as Close ends, after the tenures released their
+// threads: it publishes a copy of every wake notice this process received
+// and did not ack (those it nacked and the backend holds for their
+// redelivery delay), so that a live runtime, or one that starts later,
+// takes them at once, not after their ack deadline. The originals, handed
+// back by the work subscription's Unsubscribe, come back to some runtime
+// too and are acked once their signal is done: a duplicate notice costs a
+// check, never a run.
+func (rt *Runtime) handBackNotices() error {
+	rt.seenMu.Lock()
+	held := rt.seen
+	rt.seen = nil
+	rt.seenMu.Unlock()
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+	defer cancel()
+	for _, n := range held {
+		cp := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: n.thread, metaSignal: n.signal}}
+		if err := rt.ps.Publish(ctx, WorkTopic, cp); err != nil {
+			errs = append(errs, fmt.Errorf("signals: hand back wake notice of %q on thread %q: %w", n.signal, n.thread, err))
+			if ctx.Err() != nil || errors.Is(err, pubsub.ErrClosed) {
+				break
+			}
+		}
+	}
+	if len(errs) > 0 {
+		rt.log.Warn("signals: some wake notices were not handed back; they come back after their ack deadline",
+			"failed", len(errs), "err", errs[0])
+	}
+	return nil
+}
+
+// onWatch sees every wake notice (fan-out) and kicks the local tenure of
+// its thread, if any, so that it reads its inbox: that is how a signal sent
+// from another process reaches the owner's run. Notices of threads this
+// process does not hold are ignored here (the WorkGroup handlers recover
+// those).
+func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
+	thread := ev.Metadata[metaThread]
+	if thread == "" {
+		return nil
+	}
+	rt.mu.Lock()
+	s := rt.sessions[thread]
+	rt.mu.Unlock()
+	if s != nil {
+		s.kick()
+	}
+	return nil
+}
+
 // noticeSeen returns when this process first received the notice id (now,
 // the first time). The map forgets entries older than noticeSeenTTL when it
 // grows past noticeSeenMax, so it stays bounded; a forgotten notice counts
 // as first received now, which only delays its ack.
-func (rt *Runtime) noticeSeen(id string, now time.Time) time.Time {
+func (rt *Runtime) noticeSeen(id, thread, signal string, now time.Time) time.Time {
 	rt.seenMu.Lock()
 	defer rt.seenMu.Unlock()
-	if t, ok := rt.seen[id]; ok {
-		return t
+	if n, ok := rt.seen[id]; ok {
+		return n.first
 	}
 	if rt.seen == nil {
-		rt.seen = make(map[string]time.Time)
+		rt.seen = make(map[string]seenNotice)
 	}
 	if len(rt.seen) >= noticeSeenMax {
-		for k, t := range rt.seen {
-			if now.Sub(t) > noticeSeenTTL {
+		for k, n := range rt.seen {
+			if now.Sub(n.first) > noticeSeenTTL {
 				delete(rt.seen, k)
 			}
 		}
 	}
-	rt.seen[id] = now
+	rt.seen[id] = seenNotice{first: now, thread: thread, signal: signal}
 	return now
+}
+
+// tenureEnds is what this process remembers of the clean ends (released,
+// not lost) of its recent tenures of one thread, for notices whose signal
+// left the done record (settledByTenures).
+type tenureEnds struct {
+	drained time.Time   // start of the latest tenure that left the inbox drained
+	clean   []time.Time // starts of the latest (at most staleTenures) clean tenures
+	at      time.Time   // when the latest of them ended
+}
+
+// staleTenures is how many clean tenures that did not meet a notice's signal
+// settle the notice on a pubsub that cannot tell whether a tenure drained
+// the inbox.
+const staleTenures = 10
+
+// noteTenureEnd records the end of a tenure of thread that started at
+// started. Like the seen map, the table forgets entries older than
+// noticeSeenTTL once it holds noticeSeenMax of them.
+func (rt *Runtime) noteTenureEnd(thread string, started time.Time, clean, drained bool) {
+	if !clean {
+		return
+	}
+	now := time.Now()
+	rt.seenMu.Lock()
+	defer rt.seenMu.Unlock()
+	if rt.ends == nil {
+		rt.ends = make(map[string]*tenureEnds)
+	}
+	if len(rt.ends) >= noticeSeenMax {
+		for k, e := range rt.ends {
+			if now.Sub(e.at) > noticeSeenTTL {
+				delete(rt.ends, k)
+			}
+		}
+	}
+	e := rt.ends[thread]
+	if e == nil {
+		e = &tenureEnds{}
+		rt.ends[thread] = e
+	}
+	e.at = now
+	if drained && started.After(e.drained) {
+		e.drained = started
+	}
+	e.clean = append(e.clean, started)
+	if len(e.clean) > staleTenures {
+		e.clean = e.clean[len(e.clean)-staleTenures:]
+	}
+}
+
+// settledByTenures reports whether tenures of this process that started
+// after a notice was first received (so after its signal was in the inbox)
+// settle it although its signal is not in the done record: one that took
+// and acked every entry and left the inbox drained (the signal was run, or
+// skipped as a duplicate, and fell out of the record), or, on a pubsub that
+// cannot tell whether the inbox was drained, staleTenures clean ones.
+func (rt *Runtime) settledByTenures(thread string, received time.Time) bool {
+	rt.seenMu.Lock()
+	defer rt.seenMu.Unlock()
+	e := rt.ends[thread]
+	if e == nil {
+		return false
+	}
+	if e.drained.After(received) {
+		return true
+	}
+	n := 0
+	for _, t := range e.clean {
+		if t.After(received) {
+			n++
+		}
+	}
+	return n >= staleTenures
 }
 
 // noticeDone forgets an acked notice.
@@ -442,6 +594,26 @@ const (
 	noticeSeenTTL = 10 * time.Minute
 )
 
+// noticeHold bounds how long a wake notice handler holds a notice it cannot
+// settle yet (its signal is not done) before it nacks it, to come back after
+// the recovery interval: a quarter of the TTL, at most 250ms on a notice's
+// first delivery (enough for a short run of the signal, or for an ending
+// tenure elsewhere to release, to settle it at once) and 20ms on later ones.
+// Handlers are a fixed number of slots (WithWorkConcurrency): because none
+// waits longer, notices of threads busy with long runs never keep a notice
+// of another thread (a dead owner's, say) from being handled.
+func noticeHold(cfg config, attempt int) time.Duration {
+	if attempt > 1 {
+		return min(cfg.ttl/4, noticeHoldRetry)
+	}
+	return min(cfg.ttl/4, noticeHoldFirst)
+}
+
+const (
+	noticeHoldFirst = 250 * time.Millisecond
+	noticeHoldRetry = 20 * time.Millisecond
+)
+
 // handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
@@ -453,10 +625,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	// From the first time this process received the notice: a tenure that
 	// started after that started after the signal was in the inbox, also
 	// when the notice comes back after a nack.
-	received := rt.noticeSeen(ev.ID, time.Now())
-	hold := time.NewTimer(rt.cfg.ttl / 4)
+	received := rt.noticeSeen(ev.ID, thread, id, time.Now())
+	hold := time.NewTimer(noticeHold(rt.cfg, ev.DeliveryAttempt))
 	defer hold.Stop()
-	misses := 0
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
@@ -483,22 +654,15 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		s := rt.sessions[thread]
 		rt.mu.Unlock()
 		if s != nil {
+			s.kick() // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
 				return nil
 			case awaitTimeout:
 				return errRetry
 			case awaitEnded:
-				if s.clean && s.startedAt.After(received) {
-					if s.drained {
-						// A tenure that started after this notice arrived
-						// (so after its signal was in the inbox) took and
-						// acked every entry: the signal was run or skipped
-						// as a duplicate, and fell out of the done record.
-						return nil
-					}
-					misses++
-				}
+				// Over without the signal: the record and this
+				// process's tenures of the thread tell the rest.
 			}
 		}
 		done, err := rt.isDone(ctx, thread, id)
@@ -508,10 +672,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		if done {
 			return nil
 		}
-		if misses >= 10 {
-			// Ten tenures of this process ended without meeting the signal
-			// (on a pubsub that cannot tell whether they drained the inbox):
-			// it was run and fell out of the done record.
+		if rt.settledByTenures(thread, received) {
 			return nil
 		}
 		if !time.Now().Before(tryAt) {
@@ -556,7 +717,13 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			if errors.Is(uerr, pubsub.ErrClosed) {
 				uerr = nil
 			}
+			werr := rt.watchSub.Unsubscribe(context.Background())
+			if errors.Is(werr, pubsub.ErrClosed) {
+				werr = nil
+			}
+			uerr = errors.Join(uerr, werr)
 			rt.wg.Wait()
+			_ = rt.handBackNotices()
 			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed
 			rt.hardCancel()
 			_ = rt.keeper.Close()

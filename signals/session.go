@@ -29,7 +29,6 @@ type session struct {
 	quit       chan struct{} // closed when the session takes no more deliveries
 	quitOnce   sync.Once
 	ended      chan struct{} // closed when the session is over
-	clean      bool          // set before ended closes: released, not lost
 	drained    bool          // set before ended closes: it left the inbox drained and deleted it
 
 	mu      sync.Mutex
@@ -39,6 +38,11 @@ type session struct {
 	waiters map[string][]chan struct{}
 	record  string
 	ctl     runControl // control.go: cancel of the running run
+
+	// inbox is the inbox subscription once Subscribe returned; kicked
+	// records a kick that came before, passed on as it is set.
+	inbox  pubsub.Subscription
+	kicked bool
 }
 
 // delivery is one inbox event waiting in its handler for the session's
@@ -81,6 +85,23 @@ func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// kick tells the tenure's inbox subscription (pubsub.ReadOnDemand) to read
+// what was published before the call: every path that learns of a signal
+// for a thread this process holds (a local Send, a wake notice seen by the
+// fan-out watch or taken by a notice handler) calls it after the signal is
+// in the inbox.
+func (s *session) kick() {
+	s.mu.Lock()
+	sub := s.inbox
+	if sub == nil {
+		s.kicked = true
+	}
+	s.mu.Unlock()
+	if k, ok := sub.(pubsub.Kicker); ok {
+		k.Kick()
 	}
 }
 
@@ -259,10 +280,11 @@ func (s *session) loop() {
 			cancel()
 			rt.emit(Event{Kind: Released, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token()})
 		}
-		rt.removeSession(s)
 		s.mu.Lock()
-		s.clean = !lost
+		drained := s.drained
 		s.mu.Unlock()
+		rt.noteTenureEnd(s.thread, s.startedAt, !lost, drained)
+		rt.removeSession(s)
 		close(s.ended)
 	}()
 
@@ -270,12 +292,22 @@ func (s *session) loop() {
 	// legitimate reader: it claims whatever a predecessor (dead, or stale
 	// and fenced off) had taken and not finished, and gets those first, in
 	// order, marked as redeliveries, before any newer signal.
+	//
+	// It reads on demand: it holds no connection waiting for signals
+	// (pubsub.ReadOnDemand), and reads when told to by kick.
 	sub, err := rt.ps.Subscribe(context.Background(), InboxTopic(s.thread), s.handle,
 		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
-		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)))
+		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand())
 	if err != nil {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
 		return
+	}
+	s.mu.Lock()
+	s.inbox = sub
+	kicked := s.kicked
+	s.mu.Unlock()
+	if k, ok := sub.(pubsub.Kicker); ok && kicked {
+		k.Kick()
 	}
 	defer func() {
 		// Stop deliveries before the lease is released (deferred above, runs

@@ -79,7 +79,7 @@ type Runtime struct {
 	wg       sync.WaitGroup // sessions
 	workSub  pubsub.Subscription
 	watchSub pubsub.Subscription // fan-out on WorkTopic: kicks local tenures
-	ctl      *Controller // control.go: Cancel, Status and the owner's side of a cancel
+	ctl      *Controller         // control.go: Cancel, Status and the owner's side of a cancel
 
 	closeOnce sync.Once
 	closeErr  error

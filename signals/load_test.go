@@ -1,0 +1,283 @@
+package signals_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// readingConnsBound is the most Redis connections a runtime may hold blocked
+// in a read, whatever the number of active threads: the work group's reader
+// and the shared fan-out reader (wake-notice watch and control topic) on a
+// standalone server.
+const readingConnsBound = 2
+
+// activeLoad is what runActiveThreads measured.
+type activeLoad struct {
+	threads        int
+	signals        int           // signals sent (threads × 3)
+	ran            int           // distinct signals the agents took
+	dups           int           // signals taken more than once
+	leaseLost      int64         // LeaseLost events
+	poolTimeouts   uint32        // go-redis pool timeouts of the runtime's client
+	poolSize       int           // the client's PoolSize (go-redis default)
+	connCap        int           // PoolSize + the pipeline pool's size: go-redis's ceiling
+	maxBlocked     int           // most connections seen blocked in a read (CLIENT LIST flag b)
+	maxConns       int           // most connections of the runtime's client seen at once
+	allActive      time.Duration // first Send → every thread's run active at once
+	followUps      time.Duration // sending the follow-ups → every follow-up taken
+	sendsPerSecond float64       // follow-up sends per second while every thread was active
+}
+
+// runActiveThreads starts one runtime on a NewURL client (go-redis's default
+// pool: 10 connections per GOMAXPROCS) and makes n threads active at once:
+// each thread's first signal starts a run that waits until every thread's
+// run has started, then takes two follow-ups through Run.Next, sent by the
+// test while all n runs are active. It samples CLIENT LIST meanwhile. The
+// runs stay active at least two lease TTLs (renewals under load).
+func runActiveThreads(tb testing.TB, n int) activeLoad {
+	tb.Helper()
+	redistest.Require(tb)
+	srv := redistest.Start(tb, redistest.Options{})
+	admin := srv.Client(tb)
+	ctx := context.Background()
+	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "load"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = b.Close() })
+	const ttl = 3 * time.Second
+	var (
+		started   atomic.Int64
+		allIn     = make(chan struct{})
+		release   = make(chan struct{})
+		mu        sync.Mutex
+		taken     = make(map[string]int, 3*n)
+		leaseLost atomic.Int64
+		tookAll   = make(chan struct{})
+	)
+	take := func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		taken[id]++
+		if len(taken) == 3*n && taken[id] == 1 {
+			close(tookAll)
+		}
+	}
+	agent := func(ctx context.Context, run *signals.Run) error {
+		got := 0
+		for _, s := range run.Signals {
+			take(s.ID)
+			got++
+		}
+		if started.Add(1) == int64(n) {
+			close(allIn)
+		}
+		select {
+		case <-allIn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for got < 3 {
+			s, ok := run.Next(ctx)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if ok {
+				take(s.ID)
+				got++
+			}
+		}
+		select { // stay active until the test has sampled
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	rt, err := signals.New(b, agent, signals.WithLeaseTTL(ttl), signals.WithObserver(func(e signals.Event) {
+		if e.Kind == signals.LeaseLost {
+			leaseLost.Add(1)
+		}
+	}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	o := b.Client().(*redis.Client).Options()
+	pipe := o.PipelinePoolSize
+	if pipe == 0 {
+		pipe = redis.DefaultPipelinePoolSize
+	}
+	res := activeLoad{threads: n, signals: 3 * n, poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0)}
+
+	var maxBlocked, maxConns atomic.Int64
+	sample := func() {
+		list, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			tb.Errorf("CLIENT LIST: %v", err)
+			return
+		}
+		blocked, conns := 0, 0
+		for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+			if strings.Contains(line, "cmd=client|list") {
+				continue // the admin connection
+			}
+			conns++
+			for _, f := range strings.Fields(line) {
+				if flags, ok := strings.CutPrefix(f, "flags="); ok && strings.Contains(flags, "b") {
+					blocked++
+				}
+			}
+		}
+		for _, m := range []struct {
+			max *atomic.Int64
+			v   int
+		}{{&maxBlocked, blocked}, {&maxConns, conns}} {
+			for {
+				cur := m.max.Load()
+				if int64(m.v) <= cur || m.max.CompareAndSwap(cur, int64(m.v)) {
+					break
+				}
+			}
+		}
+	}
+	stopSampling := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			sample()
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+
+	send := func(round int) {
+		var g errgroup.Group
+		g.SetLimit(16)
+		for i := range n {
+			g.Go(func() error {
+				thread := fmt.Sprint("load-", i)
+				_, err := rt.Send(ctx, thread, signals.Signal{ID: fmt.Sprintf("%s/%d", thread, round), Type: "msg"})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			tb.Fatalf("send round %d: %v", round, err)
+		}
+	}
+	wait := func(ch <-chan struct{}, what string, d time.Duration) {
+		tb.Helper()
+		select {
+		case <-ch:
+		case <-time.After(d):
+			mu.Lock()
+			k := len(taken)
+			mu.Unlock()
+			tb.Fatalf("%s: not within %v (%d runs started, %d signals taken)", what, d, started.Load(), k)
+		}
+	}
+	start := time.Now()
+	send(0)
+	wait(allIn, fmt.Sprintf("all %d threads active at once", n), 5*time.Minute)
+	res.allActive = time.Since(start)
+	fuStart := time.Now()
+	send(1)
+	send(2)
+	res.sendsPerSecond = float64(2*n) / time.Since(fuStart).Seconds()
+	wait(tookAll, "every follow-up taken", 5*time.Minute)
+	res.followUps = time.Since(fuStart)
+	// Hold every run active for two TTLs more: renewals under load.
+	time.Sleep(2 * ttl)
+	close(stopSampling)
+	sampler.Wait()
+	close(release)
+
+	mu.Lock()
+	res.ran = len(taken)
+	for _, c := range taken {
+		if c > 1 {
+			res.dups++
+		}
+	}
+	mu.Unlock()
+	res.leaseLost = leaseLost.Load()
+	res.poolTimeouts = b.Client().PoolStats().Timeouts
+	res.maxBlocked = int(maxBlocked.Load())
+	res.maxConns = int(maxConns.Load())
+	return res
+}
+
+// TestThousandActiveThreadsDefaultPool: 1,000 threads active at once in one
+// process whose client is go-redis's default (NewURL: a pool of 10 per
+// GOMAXPROCS). Every signal runs exactly once, no lease is lost, the pool
+// never times out, and the connections blocked in reads stay at
+// readingConnsBound whatever the number of threads (each active thread used
+// to hold one for its inbox).
+func TestThousandActiveThreadsDefaultPool(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 200
+	}
+	r := runActiveThreads(t, n)
+	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); pool %d: %d timeouts; connections: at most %d, at most %d blocked in a read; %d lease losses",
+		r.threads, r.allActive.Round(time.Millisecond), 2*r.threads, r.followUps.Round(time.Millisecond), r.sendsPerSecond,
+		r.poolSize, r.poolTimeouts, r.maxConns, r.maxBlocked, r.leaseLost)
+	if r.ran != r.signals || r.dups != 0 {
+		t.Errorf("%d of %d signals taken, %d more than once; want each exactly once", r.ran, r.signals, r.dups)
+	}
+	if r.leaseLost != 0 {
+		t.Errorf("%d leases lost under load", r.leaseLost)
+	}
+	if r.poolTimeouts != 0 {
+		t.Errorf("%d pool timeouts on the default pool (%d connections)", r.poolTimeouts, r.poolSize)
+	}
+	if r.maxBlocked > readingConnsBound {
+		t.Errorf("%d connections blocked in reads at once, want at most %d whatever the number of threads", r.maxBlocked, readingConnsBound)
+	}
+	if r.maxConns > r.connCap {
+		t.Errorf("%d connections at once, above the client's ceiling %d (pool and pipeline pool)", r.maxConns, r.connCap)
+	}
+}
+
+// BenchmarkActiveThreads10000 is runActiveThreads with 10,000 threads (b.N
+// is ignored: one run per benchmark iteration set). It reports the time
+// until every thread was active, the follow-up send rate, and what the test
+// above asserts.
+func BenchmarkActiveThreads10000(b *testing.B) {
+	if testing.Short() {
+		b.Skip("real-Redis benchmark: skipped under -short")
+	}
+	for b.Loop() {
+		r := runActiveThreads(b, 10_000)
+		b.ReportMetric(r.allActive.Seconds(), "s-to-all-active")
+		b.ReportMetric(r.sendsPerSecond, "followup-sends/s")
+		b.ReportMetric(float64(r.poolTimeouts), "pool-timeouts")
+		b.ReportMetric(float64(r.leaseLost), "leases-lost")
+		b.ReportMetric(float64(r.maxBlocked), "max-blocked-conns")
+		b.ReportMetric(float64(r.maxConns), "max-conns")
+		b.ReportMetric(float64(r.signals-r.ran+r.dups), "lost+dup-signals")
+		b.StopTimer()
+	}
+}

@@ -162,11 +162,37 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 	}
 	e.Data = bytes.Clone(e.Data)
 	e.Metadata = maps.Clone(e.Metadata)
-	return b.bus.publish(topic, e)
+	return b.bus.publish(topic, "", e)
 }
 
-// publish appends a prepared event to the log of topic.
-func (bus *bus) publish(name string, e pubsub.Event) error {
+// PublishFor publishes e to topic like Publish and, in the same step,
+// creates group on topic if it does not exist, positioned at e, so that
+// retention keeps e until the group acks it (pubsub.GroupPublisher).
+func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.Event) error {
+	if group == "" {
+		return fmt.Errorf("%w: group name is empty (PublishFor on topic %q)", pubsub.ErrInvalid, topic)
+	}
+	if b.isClosed() {
+		return pubsub.ErrClosed
+	}
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return err
+	}
+	e, err := pubsub.PrepareEvent(e)
+	if err != nil {
+		return fmt.Errorf("%w (topic %q)", err, topic)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.Data = bytes.Clone(e.Data)
+	e.Metadata = maps.Clone(e.Metadata)
+	return b.bus.publish(topic, group, e)
+}
+
+// publish appends a prepared event to the log of topic, first creating
+// group (when set) at the event if it is missing.
+func (bus *bus) publish(name, group string, e pubsub.Event) error {
 	bus.mu.Lock()
 	if bus.closing {
 		bus.mu.Unlock()
@@ -179,6 +205,9 @@ func (bus *bus) publish(name string, e pubsub.Event) error {
 	t := bus.lockTopic(name)
 	bus.mu.Unlock()
 
+	if group != "" && t.groups[group] == nil {
+		t.groups[group] = newReader(t, group, t.next)
+	}
 	t.events = append(t.events, e)
 	t.next++
 	t.lastPublish = now

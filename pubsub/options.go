@@ -83,6 +83,9 @@ type SubscribeConfig struct {
 	// MaxRedeliveryDelay (or RedeliveryDelay itself when longer). 0
 	// redelivers at once.
 	RedeliveryDelay time.Duration
+	// RedeliveryCap caps the doubling of the redelivery delay (see
+	// [RedeliveryCap]); 0 means MaxRedeliveryDelay.
+	RedeliveryCap time.Duration
 	// ReadOnDemand makes a group subscription read only when told to (see
 	// [ReadOnDemand] and [Kicker]).
 	ReadOnDemand bool
@@ -186,6 +189,21 @@ func RedeliveryDelay(d time.Duration) SubscribeOption {
 	}
 }
 
+// RedeliveryCap caps the doubling of the redelivery delay at d instead of
+// MaxRedeliveryDelay: a nacked event waits RedeliveryDelay after its first
+// failed attempt, doubled after each further one, at most max(d,
+// RedeliveryDelay). RedeliveryCap(d) with RedeliveryDelay(d) makes every
+// wait d, as the signals runtime does with its recovery interval. d must be
+// positive.
+func RedeliveryCap(d time.Duration) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if d <= 0 {
+			c.fail(fmt.Errorf("%w: redelivery cap %v is not positive", ErrInvalid, d))
+		}
+		c.RedeliveryCap = d
+	}
+}
+
 // ReadOnDemand makes a group subscription read new events only when told
 // to, instead of waiting for them: once as it starts, and again after each
 // [Kicker.Kick] of the Subscription, reading until a read finds nothing
@@ -261,5 +279,11 @@ func RetryDelay(attempt int) time.Duration {
 // redeliveryDelay returns the wait before redelivering an event whose
 // attempt (from 1) failed, for a first delay of d.
 func redeliveryDelay(d time.Duration, attempt int) time.Duration {
-	return backoff.Policy{Min: d, Max: MaxRedeliveryDelay}.Delay(attempt - 1)
+	return cappedDelay(d, MaxRedeliveryDelay, attempt)
+}
+
+// cappedDelay is d doubled per attempt after the first, at most max(limit,
+// d).
+func cappedDelay(d, limit time.Duration, attempt int) time.Duration {
+	return backoff.Policy{Min: d, Max: max(limit, d)}.Delay(attempt - 1)
 }

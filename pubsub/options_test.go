@@ -62,6 +62,8 @@ func TestApplyOptionsRejectsBadInput(t *testing.T) {
 		{"AckDeadlineBelowMillisecond", []pubsub.SubscribeOption{pubsub.AckDeadline(999 * time.Microsecond)}, "ack deadline 999µs"},
 		{"RedeliveryDelayNegative", []pubsub.SubscribeOption{pubsub.RedeliveryDelay(-time.Millisecond)}, "redelivery delay -1ms"},
 		{"MaxDeliveriesNegative", []pubsub.SubscribeOption{pubsub.MaxDeliveries(-1)}, "max deliveries -1"},
+		{"RedeliveryCapZero", []pubsub.SubscribeOption{pubsub.RedeliveryCap(0)}, "redelivery cap 0s"},
+		{"ReadOnDemandFanOut", []pubsub.SubscribeOption{pubsub.ReadOnDemand()}, "read on demand"},
 		{"NilOption", []pubsub.SubscribeOption{pubsub.Concurrency(1), nil}, "option 1"},
 		{"FirstErrorWins", []pubsub.SubscribeOption{pubsub.Concurrency(0), pubsub.MaxDeliveries(-1)}, "concurrency"},
 		{"ErrorNotHiddenByLaterValidValue", []pubsub.SubscribeOption{pubsub.Concurrency(0), pubsub.Concurrency(2)}, "concurrency 0"},

@@ -45,6 +45,7 @@ type Policy struct {
 	h       Handler
 	max     int
 	delay   time.Duration
+	limit   time.Duration
 	publish PublishFunc
 }
 
@@ -54,7 +55,11 @@ type Policy struct {
 // end of the subscription does not cancel. A backend usually passes its own
 // Publish.
 func NewPolicy(topic string, h Handler, cfg SubscribeConfig, publish PublishFunc) *Policy {
-	return &Policy{topic: topic, h: h, max: cfg.MaxDeliveries, delay: cfg.RedeliveryDelay, publish: publish}
+	limit := cfg.RedeliveryCap
+	if limit <= 0 {
+		limit = MaxRedeliveryDelay
+	}
+	return &Policy{topic: topic, h: h, max: cfg.MaxDeliveries, delay: cfg.RedeliveryDelay, limit: limit, publish: publish}
 }
 
 // Topic returns the subscribed topic.
@@ -84,9 +89,10 @@ func (p *Policy) Handle(ctx context.Context, e Event) error {
 // RedeliveryDelay returns how long the backend waits before it delivers
 // again an event whose attempt (from 1) failed: the RedeliveryDelay option
 // (default DefaultRedeliveryDelay) doubled per earlier attempt, at most
-// MaxRedeliveryDelay or that option, whichever is longer.
+// the RedeliveryCap option (default MaxRedeliveryDelay) or RedeliveryDelay,
+// whichever is longer.
 func (p *Policy) RedeliveryDelay(attempt int) time.Duration {
-	return redeliveryDelay(p.delay, attempt)
+	return cappedDelay(p.delay, p.limit, attempt)
 }
 
 // deadLetter publishes d to the dead-letter topic.

@@ -134,6 +134,16 @@ func TestPolicyRedeliveryDelay(t *testing.T) {
 	if got := half.RedeliveryDelay(3); got != time.Second {
 		t.Errorf("RedeliveryDelay(300ms): delay of attempt 3 = %v, want 1s (capped)", got)
 	}
+	flat := policy(t, ok, &deadBox{}, pubsub.RedeliveryDelay(200*time.Millisecond), pubsub.RedeliveryCap(200*time.Millisecond))
+	for _, attempt := range []int{1, 2, 9, 40} {
+		if got := flat.RedeliveryDelay(attempt); got != 200*time.Millisecond {
+			t.Errorf("RedeliveryDelay(200ms)+RedeliveryCap(200ms): delay of attempt %d = %v, want 200ms every time", attempt, got)
+		}
+	}
+	wide := policy(t, ok, &deadBox{}, pubsub.RedeliveryCap(5*time.Second))
+	if got := wide.RedeliveryDelay(12); got != 5*time.Second {
+		t.Errorf("RedeliveryCap(5s): delay of attempt 12 = %v, want 5s (10ms doubled, capped at 5s)", got)
+	}
 }
 
 func TestRedeliveryDelayOption(t *testing.T) {

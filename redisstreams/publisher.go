@@ -19,6 +19,7 @@ type pubReq struct {
 	t      turn[*pubReq]
 	key    string
 	fields []string
+	group  string // create this group first, at "$", if missing (PublishFor)
 	trim   bool // also trim the stream (trim.lua), in the same round trip
 	err    error
 }
@@ -31,12 +32,12 @@ func (r *pubReq) turn() *turn[*pubReq] { return &r.t }
 // otherwise it queues, and everything queued while the current batch is in
 // flight goes out as the next pipeline (up to BatchSize commands), sent by
 // the first queued caller; each caller gets its own command's result.
-func (s *streamBus) publish(ctx context.Context, key string, fields []string) error {
+func (s *streamBus) publish(ctx context.Context, key, group string, fields []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.start()
-	r := &pubReq{key: key, fields: fields, trim: s.trimDue()}
+	r := &pubReq{key: key, fields: fields, group: group, trim: s.trimDue()}
 	q, bs := &s.pubQ, s.b.opts.BatchSize
 	if q.join(r, pubMaxActive) {
 		s.send(ctx, r)
@@ -69,7 +70,7 @@ func (s *streamBus) xaddArgs(r *pubReq) *redis.XAddArgs {
 // send writes one request alone: its XADD and, when StreamIdleTTL is set, a
 // PEXPIRE of the stream, and when due a trim, in one round trip.
 func (s *streamBus) send(ctx context.Context, r *pubReq) {
-	if s.b.opts.StreamIdleTTL > 0 || r.trim {
+	if s.b.opts.StreamIdleTTL > 0 || r.trim || r.group != "" {
 		s.pipeline(ctx, []*pubReq{r})
 		return
 	}
@@ -89,7 +90,8 @@ func (s *streamBus) sendBatch(batch []*pubReq) {
 	s.pipeline(ctx, batch)
 }
 
-// pipeline writes batch in one pipeline: per request an XADD, when
+// pipeline writes batch in one pipeline: per request (for PublishFor first
+// an XGROUP CREATE ... $ MKSTREAM, whose BUSYGROUP is ignored) an XADD, when
 // StreamIdleTTL is set a PEXPIRE of the stream, and when due a trim.lua of
 // the stream (after its XADD, so the new entry counts).
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
@@ -97,7 +99,11 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	pipe := s.b.client.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
 	trims := make(map[string]*redis.Cmd)
+	groups := make(map[int]*redis.StatusCmd)
 	for i, r := range batch {
+		if r.group != "" {
+			groups[i] = pipe.XGroupCreateMkStream(ctx, r.key, r.group, "$")
+		}
 		cmds[i] = pipe.XAdd(ctx, s.xaddArgs(r))
 		if idle > 0 {
 			pipe.PExpire(ctx, r.key, max(idle, time.Millisecond))
@@ -112,6 +118,12 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, r := range batch {
+		if g := groups[i]; g != nil {
+			if err := g.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+				r.err = fmt.Errorf("redisstreams: xgroup create %q %q: %w", r.key, r.group, err)
+				continue
+			}
+		}
 		id, err := cmds[i].Result()
 		s.answer(r, id, err)
 	}

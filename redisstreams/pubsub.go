@@ -239,6 +239,23 @@ func (s *streamBus) flush(ctx context.Context) error {
 // (go-redis MaxRetries) may store an event twice after a network error;
 // handlers deduplicate on Event.ID.
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	return b.publish(ctx, topic, "", e)
+}
+
+// PublishFor publishes e to topic like Publish and, in the same round trip,
+// creates group at the stream's end ("$", with MKSTREAM) if it does not
+// exist, so that trimming keeps e until the group acks it
+// (pubsub.GroupPublisher). The XGROUP CREATE goes first in the pipeline
+// that carries the XADD; an existing group keeps its position.
+func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.Event) error {
+	if group == "" {
+		return fmt.Errorf("%w: group name is empty (PublishFor on topic %q)", pubsub.ErrInvalid, topic)
+	}
+	return b.publish(ctx, topic, group, e)
+}
+
+// publish is Publish, and PublishFor when group is set.
+func (b *Backend) publish(ctx context.Context, topic, group string, e pubsub.Event) error {
 	if err := b.bus.enter(); err != nil {
 		return err
 	}
@@ -258,7 +275,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 		return fmt.Errorf("%w: event %q on topic %q is %d bytes encoded, over the limit of %d bytes (Options.MaxEventSize)",
 			pubsub.ErrInvalid, e.ID, topic, size, b.opts.MaxEventSize)
 	}
-	return b.bus.publish(ctx, b.keys.Stream(topic), fields)
+	return b.bus.publish(ctx, b.keys.Stream(topic), group, fields)
 }
 
 // Subscribe starts delivering the events of topic to h and returns once the
@@ -339,7 +356,7 @@ func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event
 	if err != nil {
 		return err
 	}
-	return s.publish(ctx, s.b.keys.Stream(dead), fields)
+	return s.publish(ctx, s.b.keys.Stream(dead), "", fields)
 }
 
 // deadLetterUndecodable dead-letters the stream entry id of topic, which

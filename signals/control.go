@@ -238,7 +238,7 @@ func (c *Controller) Cancel(ctx context.Context, thread, reason string, opts ...
 		// The mark goes into the inbox before the request, so every signal
 		// queued when the cancel was sent lies before it.
 		mark := pubsub.Event{ID: "cancel-mark-" + uuid.NewString(), Type: dropMarkType}
-		if err := c.ps.Publish(ctx, InboxTopic(thread), mark); err != nil {
+		if err := publishInbox(ctx, c.ps, thread, mark); err != nil {
 			return CancelResult{}, fmt.Errorf("signals: cancel thread %q: drop mark: %w", thread, err)
 		}
 		drop = mark.ID

@@ -279,12 +279,12 @@ func TestWorkerProcess(t *testing.T) {
 	ctx := context.Background()
 	id := os.Getenv("W_ID")
 	name := id + os.Getenv("W_INC") // this incarnation, in the log
-	// pool_size=2000: every active thread still pins one pooled connection
-	// for its blocking inbox read (issue 11, not yet redesigned), and the
-	// soak runs hundreds at once. The tests about clients as users build
-	// them (TestProcOwnerBlackHoled's owner, the control tests' workers,
-	// TestThreadFootprint) use NewURL's default pool.
-	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL")+"?pool_size=2000", redisstreams.Options{BlockTime: 200 * time.Millisecond})
+	// NewURL with default options, as users build it: go-redis's default
+	// pool (an active thread holds no connection), and the smallest
+	// retention on every topic (1): a trim must never remove what a group
+	// has not acked.
+	opts := redisstreams.Options{Retention: 1}
+	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestWorkerProcess(t *testing.T) {
 	if via := os.Getenv("W_VIA"); via != "" {
 		// The runtime reaches Redis through the parent's proxy, on a
 		// client built as users build it; the fenced records (c) do not.
-		if b, err = redisstreams.NewURL(ctx, "redis://"+via+"/0", redisstreams.Options{BlockTime: 200 * time.Millisecond}); err != nil {
+		if b, err = redisstreams.NewURL(ctx, "redis://"+via+"/0", opts); err != nil {
 			t.Fatal(err)
 		}
 	}

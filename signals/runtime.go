@@ -152,12 +152,12 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	rt.keeper = lease.NewKeeper(lp, lease.KeeperOptions{RenewEvery: cfg.renew})
 	rt.hardCtx, rt.hardCancel = context.WithCancel(context.Background())
 	// Notices that cannot be settled yet go back to the backend (a nack)
-	// and come back after the recovery interval (at least; see
-	// pubsub.RedeliveryDelay): a handler never waits for a run to end.
+	// and come back after the recovery interval: a handler never waits for
+	// a run to end.
 	sub, err := ps.Subscribe(context.Background(), WorkTopic, rt.onNotice,
 		pubsub.Group(WorkGroup), pubsub.StartFrom(pubsub.Earliest),
 		pubsub.Concurrency(cfg.workConcurrency), pubsub.AckDeadline(cfg.ttl/2),
-		pubsub.RedeliveryDelay(cfg.recovery))
+		pubsub.RedeliveryDelay(cfg.recovery), pubsub.RedeliveryCap(cfg.recovery))
 	if err != nil {
 		rt.hardCancel()
 		_ = rt.keeper.Close()
@@ -241,7 +241,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if len(sig.Metadata) > 0 {
 		ev.Metadata = maps.Clone(sig.Metadata)
 	}
-	if err := rt.ps.Publish(ctx, InboxTopic(thread), ev); err != nil {
+	if err := publishInbox(ctx, rt.ps, thread, ev); err != nil {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
 	}
 	// The lease is tried before the wake notice is published: no notice
@@ -277,6 +277,17 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, werr)
 	}
 	return rt.sent(thread, sig, acc), nil
+}
+
+// publishInbox stores ev in thread's inbox. On a pubsub that can
+// (pubsub.GroupPublisher) it creates the inbox group in the same step if
+// it is missing, so that retention keeps ev until a tenure acked it, even
+// when no tenure has subscribed yet.
+func publishInbox(ctx context.Context, ps pubsub.PubSub, thread string, ev pubsub.Event) error {
+	if gp, ok := ps.(pubsub.GroupPublisher); ok {
+		return gp.PublishFor(ctx, InboxTopic(thread), InboxGroup, ev)
+	}
+	return ps.Publish(ctx, InboxTopic(thread), ev)
 }
 
 func (rt *Runtime) sent(thread string, sig Signal, a Accepted) Accepted {

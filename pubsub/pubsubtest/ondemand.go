@@ -2,6 +2,7 @@ package pubsubtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -84,4 +85,33 @@ func (s *suite) readOnDemandReadsWhatWasKicked(t *testing.T) {
 			t.Errorf("event %s delivered %d times, want once", id, c)
 		}
 	}
+}
+
+// On a backend with pubsub.GroupPublisher and the smallest retention,
+// events published with PublishFor before the group's first member
+// subscribed are all delivered to it: none is trimmed for lack of a group.
+// (The signals runtime publishes into a thread's inbox this way.)
+func (s *suite) publishForKeepsEvents(t *testing.T) {
+	ps := s.c.NewWithRetention(t, MinRetention)
+	if ps == nil {
+		t.Fatal("pubsubtest: Config.NewWithRetention returned nil")
+	}
+	t.Cleanup(func() { _ = ps.Close() })
+	gp, ok := ps.(pubsub.GroupPublisher)
+	if !ok {
+		t.Skip("pubsubtest: the backend has no pubsub.GroupPublisher")
+	}
+	topic := topicFor(t)
+	if err := gp.PublishFor(s.ctx(t), topic, "", pubsub.Event{Type: "x"}); !errors.Is(err, pubsub.ErrInvalid) {
+		t.Errorf("PublishFor with an empty group: %v, want an error wrapping ErrInvalid", err)
+	}
+	const n = 50
+	for i := range n {
+		if err := gp.PublishFor(s.ctx(t), topic, "g", pubsub.Event{ID: fmt.Sprint("e", i), Type: "x"}); err != nil {
+			t.Fatalf("PublishFor %d: %v", i, err)
+		}
+	}
+	rec := newRecorder()
+	s.subscribe(t, ps, topic, rec.handler("m"), pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest))
+	rec.waitDistinct(t, s, n)
 }

@@ -122,6 +122,7 @@ func Run(t *testing.T, c Config) {
 		{"ShutdownDrains", none, s.shutdownDrains},
 		{"ShutdownStopsAtCtx", none, s.shutdownStopsAtCtx},
 		{"RetentionNeverDropsUnacked", retention, s.retentionKeepsUnacked},
+		{"PublishForKeepsEventsForGroup", retention, s.publishForKeepsEvents},
 		{"EarliestAfter10000Events", groupsPersistent, s.earliestAfter10k},
 		{"DeleteTopic", groupsPersistent, s.deleteTopic},
 	}

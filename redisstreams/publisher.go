@@ -20,7 +20,7 @@ type pubReq struct {
 	key    string
 	fields []string
 	group  string // create this group first, at "$", if missing (PublishFor)
-	trim   bool // also trim the stream (trim.lua), in the same round trip
+	trim   bool   // also trim the stream (trim.lua), in the same round trip
 	err    error
 }
 

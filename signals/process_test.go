@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,13 +61,16 @@ type workerCfg struct {
 	GoKey  string        // wait for this Redis key before sending
 	Via    string        // the runtime's Redis address (a proxy), by NewURL with default options; records still go straight to W_URL
 	Test   string        // the worker's test function; default TestWorkerProcess
+	// Recovery is the runtime's recovery interval; default 200ms.
+	Recovery time.Duration
 }
 
 func (c workerCfg) env(url string) []string {
 	return append(os.Environ(),
 		workerEnv+"="+c.Mode, "W_URL="+url, "W_ID="+c.ID, "W_INC="+c.Inc, "W_THREAD="+c.Thread,
 		"W_SIGS="+strings.Join(c.Sigs, ","), "W_DELAY="+c.Delay.String(),
-		"W_NONEXT="+strconv.FormatBool(c.NoNext), "W_STUCK="+c.Stuck.String(), "W_GO="+c.GoKey, "W_VIA="+c.Via)
+		"W_NONEXT="+strconv.FormatBool(c.NoNext), "W_STUCK="+c.Stuck.String(), "W_GO="+c.GoKey, "W_VIA="+c.Via,
+		"W_RECOVERY="+c.Recovery.String())
 }
 
 type worker struct {
@@ -299,6 +303,10 @@ func TestWorkerProcess(t *testing.T) {
 	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
 	stuck, _ := time.ParseDuration(os.Getenv("W_STUCK"))
 	noNext := os.Getenv("W_NONEXT") == "true"
+	recovery, _ := time.ParseDuration(os.Getenv("W_RECOVERY"))
+	if recovery <= 0 {
+		recovery = 200 * time.Millisecond
+	}
 	bg := context.Background()
 	take := func(ctx context.Context, run *signals.Run, s signals.Signal) {
 		// The start of a signal: a fenced write that logs who started it
@@ -363,7 +371,7 @@ func TestWorkerProcess(t *testing.T) {
 		return nil
 	}
 	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(procTTL),
-		signals.WithRecoveryInterval(200*time.Millisecond), signals.WithLinger(100*time.Millisecond))
+		signals.WithRecoveryInterval(recovery), signals.WithLinger(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,6 +395,38 @@ func TestWorkerProcess(t *testing.T) {
 		}
 	case "soak":
 		soakSend(t, rt, c, id)
+	case "backlog":
+		// backlogThreads threads, each with one running signal and
+		// backlogPer queued behind it.
+		for th := range backlogThreads {
+			for i := range backlogPer + 1 {
+				thread := fmt.Sprint("busy", th)
+				if _, err := rt.Send(ctx, thread, signals.Signal{ID: fmt.Sprintf("%s-%02d", thread, i), Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fmt.Println("W backlog-sent")
+	case "closer":
+		// closerThreads threads, each with one running signal and
+		// closerQueued queued behind it; SIGTERM closes the runtime.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		for i := range closerQueued + 1 {
+			for th := range closerThreads {
+				thread := fmt.Sprint("close", th)
+				if _, err := rt.Send(ctx, thread, signals.Signal{ID: fmt.Sprintf("%s-%d", thread, i), Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fmt.Println("W sent-all")
+		<-term
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := rt.Close(cctx)
+		cancel()
+		fmt.Printf("W closed %d err=%v\n", time.Now().UnixNano(), err)
+		os.Exit(0)
 	}
 	select {} // serve until killed
 }

@@ -325,6 +325,7 @@ func TestProcSoak(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("all %d signals run %v after start (kill at +%v)", soakTotal, time.Since(start), killedAt.Sub(start))
+	soakSettled(t, c)
 	if v := c.Get(ctx, "violations").Val(); v != "" && v != "0" {
 		t.Fatalf("%s fenced writes refused while the writer's run ctx was live (two runs of one thread at once)", v)
 	}
@@ -437,5 +438,190 @@ func TestProcOwnerBlackHoled(t *testing.T) {
 	}
 	if v, _ := c.Get(context.Background(), "violations").Int(); v != 0 {
 		t.Fatalf("%d fenced writes refused while their run's ctx was live", v)
+	}
+}
+
+// soakSettled waits until nothing stays pending once every signal ran: no
+// wake notice unacked or unread on the work topic, no inbox entry unacked
+// or unread (an inbox may be gone: tenures delete drained inboxes). The
+// bound is generous: notices come back every recovery interval (200ms in
+// the workers) and each is acked at its first check once its signal is in
+// the done record.
+func soakSettled(t *testing.T, c *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := redisstreams.New(c, redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const bound = 30 * time.Second
+	deadline := time.Now().Add(bound)
+	start := time.Now()
+	for {
+		var left []string
+		bl, err := b.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bl.Pending != 0 || bl.Lag != 0 {
+			left = append(left, fmt.Sprintf("work topic: %d pending, %d unread", bl.Pending, bl.Lag))
+		}
+		for th := range soakThreads {
+			thread := fmt.Sprint("soak", th)
+			bl, err := b.GroupBacklog(ctx, signals.InboxTopic(thread), signals.InboxGroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bl.Pending != 0 || bl.Lag != 0 {
+				left = append(left, fmt.Sprintf("inbox of %s: %d pending, %d unread", thread, bl.Pending, bl.Lag))
+			}
+		}
+		if len(left) == 0 {
+			t.Logf("every notice and inbox entry acked %v after the last signal ran", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after every signal ran, still pending: %d places, first %q", bound, len(left), left[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The backlog of TestProcTakeoverBehindBacklog: 20 threads, each running a
+// 30s signal with 25 more queued behind it (500 in all).
+const (
+	backlogThreads = 20
+	backlogPer     = 25
+)
+
+// TestProcTakeoverBehindBacklog: while 500 signals wait behind 30s runs on
+// 20 threads of process B (their wake notices cycle through every
+// runtime's notice handlers), process A, owner of thread x, is SIGKILLed
+// mid-run. A live process (B or C) must take x over within TTL + recovery
+// interval + 1s of the kill. (Notice handlers used to hold their notices
+// for the length of a run: 64 of them at a time, and x's notice waited
+// behind the backlog for as long as the runs lasted.)
+func TestProcTakeoverBehindBacklog(t *testing.T) {
+	srv, c := startRedis(t)
+	const recovery = 200 * time.Millisecond // the workers' recovery interval
+	busy := startWorker(t, srv.URL(), workerCfg{ID: "B", Mode: "backlog", Delay: 30 * time.Second})
+	peer := startWorker(t, srv.URL(), workerCfg{ID: "C", Mode: "serve", Delay: 30 * time.Second})
+	busy.expect(t, "ready", 30*time.Second)
+	peer.expect(t, "ready", 30*time.Second)
+	busy.expect(t, "backlog-sent", 60*time.Second)
+	for th := range backlogThreads {
+		waitLog(t, c, fmt.Sprint("busy", th), 1, 30*time.Second)
+	}
+	a := startWorker(t, srv.URL(), workerCfg{ID: "A", Mode: "send", Thread: "x", Sigs: []string{"x0"}, Delay: time.Minute})
+	a.expect(t, "ran x x0", 30*time.Second)
+	a.signal(t, syscall.SIGKILL)
+	a.wait(t, 10*time.Second)
+	killed := time.Now()
+	bound := procTTL + recovery + time.Second
+	var took time.Duration
+	for {
+		var by string
+		for _, e := range readLog(t, c, "x") {
+			if e.FenceOK && e.Proc != "A" {
+				by = e.Proc
+			}
+		}
+		took = time.Since(killed)
+		if by != "" {
+			t.Logf("x taken over by %s %v after A was killed (bound %v: TTL %v + recovery %v + 1s)", by, took.Round(time.Millisecond), bound, procTTL, recovery)
+			break
+		}
+		if took > 3*bound {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took > bound {
+		bl := "?"
+		if n, err := c.XLen(context.Background(), "leasebus:{signals.work}").Result(); err == nil {
+			bl = fmt.Sprint(n)
+		}
+		t.Fatalf("x taken over %v after A was killed, want within %v (work topic length %s)", took.Round(time.Millisecond), bound, bl)
+	}
+	// The backlog is still there: the 20 threads are still in their runs.
+	n, _ := c.Get(context.Background(), "runs").Int()
+	if n > backlogThreads+2 {
+		t.Fatalf("%d signal starts, want the %d running ones, x0 and its takeover", n, backlogThreads)
+	}
+}
+
+// The owner of TestProcCloseHandsOver: 16 threads, each with one signal
+// running (1s) and 3 queued behind it when SIGTERM comes.
+const (
+	closerThreads = 16
+	closerQueued  = 3
+)
+
+// TestProcCloseHandsOver sends SIGTERM to the owner of 16 busy threads with
+// queued signals; its handler calls Runtime.Close. Close starts no run
+// (every queued signal runs on the peer), lets the running ones finish, and
+// hands its wake notices over: the peer, started after the sends, starts
+// every remaining signal within one recovery interval (1s, the default)
+// after Close returned. Each signal runs once.
+func TestProcCloseHandsOver(t *testing.T) {
+	srv, c := startRedis(t)
+	const recovery = time.Second
+	owner := startWorker(t, srv.URL(), workerCfg{ID: "O", Mode: "closer", Delay: time.Second, NoNext: true, Recovery: recovery})
+	owner.expect(t, "ready", 30*time.Second)
+	owner.expect(t, "sent-all", 30*time.Second)
+	peer := startWorker(t, srv.URL(), workerCfg{ID: "P", Mode: "serve", Delay: time.Millisecond, NoNext: true, Recovery: recovery})
+	peer.expect(t, "ready", 30*time.Second)
+	for th := range closerThreads {
+		waitLog(t, c, fmt.Sprint("close", th), 1, 30*time.Second) // every thread busy
+	}
+	owner.signal(t, syscall.SIGTERM)
+	line := owner.expect(t, "closed ", 30*time.Second)
+	var closedAt int64
+	var rest string
+	if _, err := fmt.Sscanf(line, "closed %d %s", &closedAt, &rest); err != nil || rest != "err=<nil>" {
+		t.Fatalf("owner: %q (%v), want Close to return nil", line, err)
+	}
+	var last time.Duration
+	for i := range closerThreads * closerQueued {
+		l := peer.expect(t, "started close", 30*time.Second)
+		var thread, id string
+		var tok uint64
+		var at int64
+		if _, err := fmt.Sscanf(l, "started %s %s %d %d", &thread, &id, &tok, &at); err != nil {
+			t.Fatalf("peer line %d %q: %v", i, l, err)
+		}
+		last = max(last, time.Duration(at-closedAt))
+	}
+	t.Logf("the peer started the %d queued signals at most %v after Close returned (bound: recovery interval %v)",
+		closerThreads*closerQueued, last.Round(time.Millisecond), recovery)
+	if last > recovery {
+		t.Errorf("the peer started a queued signal %v after Close returned, want within one recovery interval (%v)", last, recovery)
+	}
+	for th := range closerThreads {
+		thread := fmt.Sprint("close", th)
+		l := readLog(t, c, thread)
+		runs := map[string]int{}
+		for _, e := range l {
+			if !e.FenceOK {
+				continue
+			}
+			runs[e.ID]++
+			first := strings.HasSuffix(e.ID, "-0")
+			switch {
+			case first && e.Proc != "O":
+				t.Errorf("thread %s: %s ran on %s, want the owner's run", thread, e.ID, e.Proc)
+			case !first && e.Proc != "P":
+				t.Errorf("thread %s: queued %s ran on %s after Close began, want the peer: %+v", thread, e.ID, e.Proc, l)
+			}
+		}
+		if len(runs) != closerQueued+1 {
+			t.Errorf("thread %s: %d distinct signals ran, want %d: %+v", thread, len(runs), closerQueued+1, l)
+		}
+		for id, n := range runs {
+			if n != 1 {
+				t.Errorf("thread %s: %s ran %d times", thread, id, n)
+			}
+		}
 	}
 }

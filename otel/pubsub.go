@@ -44,6 +44,23 @@ func (b *bus) Unwrap() pubsub.PubSub { return b.inner }
 // through the wrapped PubSub. It counts leasebus.events.published and
 // records leasebus.events.publish.duration.
 func (b *bus) Publish(ctx context.Context, topic string, e pubsub.Event) error {
+	return b.publish(ctx, topic, "", e)
+}
+
+// PublishFor is Publish through the wrapped PubSub's PublishFor
+// (pubsub.GroupPublisher), so that the signals runtime keeps its inbox
+// guarantee through the wrapper; on a PubSub without it, it is Publish.
+func (b *bus) PublishFor(ctx context.Context, topic, group string, e pubsub.Event) error {
+	if _, ok := b.inner.(pubsub.GroupPublisher); !ok {
+		return b.publish(ctx, topic, "", e)
+	}
+	if group == "" {
+		return fmt.Errorf("%w: group name is empty (PublishFor on topic %q)", pubsub.ErrInvalid, topic)
+	}
+	return b.publish(ctx, topic, group, e)
+}
+
+func (b *bus) publish(ctx context.Context, topic, group string, e pubsub.Event) error {
 	in := b.in
 	if pe, err := pubsub.PrepareEvent(e); err == nil {
 		e = pe // the ID is known for the span (the backend keeps it)
@@ -57,7 +74,12 @@ func (b *bus) Publish(ctx context.Context, topic string, e pubsub.Event) error {
 	in.prop.Inject(ctx, propagation.MapCarrier(md))
 	e.Metadata = md
 	start := time.Now()
-	err := b.inner.Publish(ctx, topic, e)
+	var err error
+	if group != "" {
+		err = b.inner.(pubsub.GroupPublisher).PublishFor(ctx, topic, group, e)
+	} else {
+		err = b.inner.Publish(ctx, topic, e)
+	}
 	attrs := []attribute.KeyValue{attrTopic.String(mt)}
 	if err != nil {
 		span.RecordError(err)

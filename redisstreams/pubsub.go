@@ -299,7 +299,12 @@ func (b *Backend) publish(ctx context.Context, topic, group string, e pubsub.Eve
 // XREADGROUP, reads up to BatchSize entries at a time, acks in batches,
 // redelivers a nacked entry to itself after pubsub.RedeliveryDelay (XCLAIM, which
 // counts the attempt), and every AckDeadline/2 claims entries that other
-// consumers left unacked for AckDeadline. Entries its handlers have not
+// consumers left unacked for AckDeadline. A nacked entry waits out its delay
+// holding no handler (with Concurrency(1), to keep the order, its handler
+// waits). With pubsub.ReadOnDemand it holds no connection: it reads with
+// XREADGROUP without BLOCK, on the client's pool, once as it starts and
+// after each Kick (pubsub.Kicker) until a read comes back short, and looks
+// for stale entries of other consumers only while it is being kicked. Entries its handlers have not
 // started when it is unsubscribed are handed back at once. With
 // pubsub.ClaimPending it first walks the group's pending list in id order
 // (XPENDING + XCLAIM with no minimum idle time), delivering what other

@@ -9,6 +9,38 @@
 //	// thread), Forwarded (acc.Owner, another process, holds it)
 //	err = rt.Close(ctx)
 //
+// # What a user must know first
+//
+//   - Send returns once the signal is stored: from then on it runs, once,
+//     as long as some runtime stays alive, even if the sending process exits
+//     at once. Retry a failed Send with the same Signal.ID; within the dedupe
+//     window a duplicate ID is not run again.
+//   - One run at a time per thread, in send order. A run gets its first
+//     signal in Run.Signals; [Run.Next] declares every signal the run has
+//     taken so far done (recorded in the thread's done record and acked; it
+//     is never run again) and returns the next queued one. Returning from the
+//     agent does the same for the signals it took. A run whose lease is lost
+//     (its ctx ends) acks nothing: the next owner gets those signals again,
+//     marked Redelivered ("may have run").
+//   - The agent must stop when its ctx ends (lease lost, Cancel, or Close
+//     giving up), and should fence its side effects with Run.Token.
+//   - Connections: a runtime holds at most two Redis connections blocked in
+//     reads, whatever the number of threads (on a standalone or Sentinel
+//     client: the work group's reader and the shared fan-out reader; on a
+//     Cluster, add one per hash slot of the work and control topics). An
+//     active thread holds none: its tenure reads its inbox without blocking,
+//     when told to. go-redis's default pool (redisstreams.NewURL) is enough:
+//     TestThousandActiveThreadsDefaultPool runs 1,000 threads active at once
+//     on it with no pool timeout and no lost lease.
+//   - Takeover: a dead owner's thread runs again elsewhere within about
+//     TTL + recovery interval, however many signals wait behind long runs
+//     elsewhere (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s
+//     with 500 signals behind 30s runs). Close starts no run, lets running
+//     runs finish, and hands its signals to the live runtimes, which start
+//     them within a recovery interval (TestProcCloseHandsOver).
+//   - Limits: see "Limits" below (dedupe window and size, Cancel's reach,
+//     what a pubsub without optional capabilities loses).
+//
 // # Design
 //
 // Every accepted signal goes two places: the thread's durable inbox, topic
@@ -22,11 +54,24 @@
 // the acquire was decided, so no notice handler races its own sender for a
 // free lease: a handler that finds the thread free may take it at once.
 //
+// The inbox publish uses pubsub.GroupPublisher when the pubsub has it (both
+// leasebus backends do): it creates [InboxGroup] in the same round trip if
+// it is missing, so retention (however small) never trims a signal sent
+// before the thread's first tenure subscribed.
+//
 // A tenure is one process holding a thread's lease. Only a tenure reads the
 // inbox: it subscribes as the single member of [InboxGroup], from the earliest
-// entry the group has not consumed, with Concurrency(1) and
-// pubsub.ClaimPending, so entries arrive in publish order, one at a time, and
-// whatever an earlier owner had taken and not finished comes first. The lease
+// entry the group has not consumed, with Concurrency(1),
+// pubsub.ClaimPending and pubsub.ReadOnDemand, so entries arrive in publish
+// order, one at a time, whatever an earlier owner had taken and not
+// finished comes first, and the subscription holds no connection waiting:
+// it reads once as it starts, then each time it is kicked. Every path that
+// learns of a signal for a thread this process holds kicks it after the
+// signal is in the inbox: a local Send (Delivered), the runtime's fan-out
+// watch of [WorkTopic] (every runtime sees every wake notice and kicks its
+// own tenure of the notice's thread: that is how a Forwarded signal reaches
+// the owner, one read later), and a notice handler that finds a local
+// tenure. The lease
 // is fenced, so the tenure is the inbox's sole legitimate reader, which is
 // what ClaimPending asks of its caller. Each delivery starts a run, or is given
 // to the running run through [Run.Next]. An entry is acked only once the run
@@ -73,9 +118,14 @@
 // the thread, and goes on at once when that tenure ends; otherwise it tries
 // the lease at once: when it wins it starts a tenure (a recovery), and when
 // another process holds it, it checks the done record and the lease again
-// with the backoff above (from 2ms, doubling, at most the recovery interval;
-// a retried notice checks every recovery interval) and nacks after a quarter
-// of the TTL so the notice is retried. The notice names the Action of its
+// with the backoff above (from 2ms, doubling). A handler holds a notice at
+// most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
+// when that is shorter) and then nacks it; the work subscription redelivers
+// it after the recovery interval (pubsub.RedeliveryDelay and RedeliveryCap),
+// and on redisstreams a nacked notice waits holding no handler slot. So no
+// handler waits for a run to end: notices of threads busy with long runs
+// cycle every recovery interval at the cost of one check each, and never
+// keep another thread's notice (a dead owner's) from being handled. The notice names the Action of its
 // Send: for a Woke send, whose own new tenure reads the signal unless it
 // loses the lease, the handler checks only the done record for the first
 // recovery interval. So while any signal is not done, some notice for its
@@ -125,7 +175,10 @@
 //  5. Takeover: a dead owner's notices come back after the ack deadline (half
 //     the lease TTL) and the lease expires after the TTL; a live runtime then
 //     wins the lease within one recovery interval, claims what the dead owner
-//     had taken and drains the inbox. Proved by the owner-killed test.
+//     had taken and drains the inbox. Proved by the owner-killed test and,
+//     under load, by TestProcTakeoverBehindBacklog (500 signals queued
+//     behind 30s runs on 20 threads of another process: taken over 2.2s
+//     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s).
 //  6. Fail-closed: the run ctx is the thread lease's lease.Held context: it
 //     is cancelled as soon as renewal is refused and, at the latest, at the
 //     Held's loss deadline (start of the last successful renewal + TTL −
@@ -232,10 +285,17 @@
 // as done. The ack is decided (the inbox handler returns) before the
 // deadline; the backend sends the XACK right after.
 //
-// Each active thread (a tenure in progress) holds one inbox subscription, and
-// on redisstreams each group subscription holds one blocking connection of the
-// client's pool for as long as it lasts. A process running many threads at
-// once needs a pool at least that large plus its other traffic (for example
-// "?pool_size=1000" on a redisstreams.NewURL URL); with a smaller pool, reads
-// wait for free connections and runs stall.
+// Each active thread (a tenure in progress) holds one inbox subscription:
+// its goroutines and, on redisstreams, one consumer of the inbox group, but
+// no connection (pubsub.ReadOnDemand). On a pubsub without
+// pubsub.ReadOnDemand, such as one wrapped by a layer that does not pass
+// pubsub.Kicker on, each inbox subscription reads as the backend always
+// does (on redisstreams, one blocking connection each): size the pool for
+// the threads active at once. A wrapper that does not pass on
+// pubsub.GroupPublisher makes inbox publishes plain: then keep the
+// retention large (the default 100,000), or an inbox could be trimmed
+// before its first tenure subscribed.
+//
+// Every runtime sees every wake notice (the fan-out watch): with many
+// runtimes on one work topic, each reads the notices of all.
 package signals

@@ -147,22 +147,7 @@ func (bus *bus) lockTopic(name string) *topic {
 // subscribes to is forgotten after Options.TopicIdleTTL (ten minutes by
 // default).
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
-	if b.isClosed() {
-		return pubsub.ErrClosed
-	}
-	if err := pubsub.ValidateTopic(topic); err != nil {
-		return err
-	}
-	e, err := pubsub.PrepareEvent(e)
-	if err != nil {
-		return fmt.Errorf("%w (topic %q)", err, topic)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	e.Data = bytes.Clone(e.Data)
-	e.Metadata = maps.Clone(e.Metadata)
-	return b.bus.publish(topic, "", e)
+	return b.publishTo(ctx, topic, "", e)
 }
 
 // PublishFor publishes e to topic like Publish and, in the same step,
@@ -172,6 +157,11 @@ func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.
 	if group == "" {
 		return fmt.Errorf("%w: group name is empty (PublishFor on topic %q)", pubsub.ErrInvalid, topic)
 	}
+	return b.publishTo(ctx, topic, group, e)
+}
+
+// publishTo is Publish, and PublishFor when group is set.
+func (b *Backend) publishTo(ctx context.Context, topic, group string, e pubsub.Event) error {
 	if b.isClosed() {
 		return pubsub.ErrClosed
 	}

@@ -346,19 +346,26 @@ func (g *groupSub) readLoop() {
 			continue
 		}
 		bo.Reset()
-		got := 0
-		for _, xs := range res {
-			for _, msg := range xs.Messages {
-				m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
-				g.mu.Lock()
-				g.inflight[m.id] = m
-				g.mu.Unlock()
-				g.ch <- m
-				got++
-			}
-		}
+		got := g.queueRead(res, now)
 		g.putTokens(n - got)
 	}
+}
+
+// queueRead queues the entries of a read (their first delivery) for the
+// handlers and returns how many there were.
+func (g *groupSub) queueRead(res []redis.XStream, now time.Time) int {
+	got := 0
+	for _, xs := range res {
+		for _, msg := range xs.Messages {
+			m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
+			g.mu.Lock()
+			g.inflight[m.id] = m
+			g.mu.Unlock()
+			g.ch <- m
+			got++
+		}
+	}
+	return got
 }
 
 // Kick makes a ReadOnDemand subscription read what was published before the
@@ -429,17 +436,7 @@ func (g *groupSub) readOnDemand() {
 			continue
 		}
 		bo.Reset()
-		got := 0
-		for _, xs := range res {
-			for _, msg := range xs.Messages {
-				m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
-				g.mu.Lock()
-				g.inflight[m.id] = m
-				g.mu.Unlock()
-				g.ch <- m
-				got++
-			}
-		}
+		got := g.queueRead(res, now)
 		g.putTokens(n - got)
 		more = got == n
 	}

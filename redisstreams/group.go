@@ -24,7 +24,6 @@ type groupSub struct {
 	consumer string
 	p        *pubsub.Policy
 	cfg      pubsub.SubscribeConfig
-	bl       *blocker
 
 	// tokens bounds the entries read and not yet finished (queued or
 	// running): one token per entry.
@@ -45,6 +44,12 @@ type groupSub struct {
 	// about new ones).
 	kick   chan struct{}
 	kicked atomic.Bool
+
+	// bellOn is the shared reader holding this subscription's bell (nil:
+	// none yet, or ReadOnDemand); bellCursor is the last entry id it has
+	// seen, guarded by bellOn.mu.
+	bellOn     *fanReader
+	bellCursor string
 
 	// due holds nacked entries whose redelivery delay has passed, for
 	// retryLoop; dueCh wakes it. Waiting entries hold no handler and no
@@ -107,7 +112,6 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 		consumer: s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10),
 		p:        p,
 		cfg:      cfg,
-		bl:       newBlocker(s.b, s.nodeFor(key)),
 		tokens:   make(chan struct{}, prefetch),
 		ch:       make(chan *groupMsg, prefetch),
 		inflight: make(map[string]*groupMsg),
@@ -128,19 +132,8 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	go func() {
 		defer g.wg.Done()
 		defer close(readerDone)
-		if cfg.ReadOnDemand {
-			g.readOnDemand()
-		} else {
-			g.readLoop()
-		}
+		g.readLoop()
 	}()
-	if !cfg.ReadOnDemand {
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			g.bl.waker(make(chan struct{}, 1), readerDone)
-		}()
-	}
 	go func() {
 		defer g.wg.Done()
 		g.reclaimLoop()
@@ -226,7 +219,6 @@ func (g *groupSub) Unsubscribe(ctx context.Context) error { return g.shutdown(ct
 func (g *groupSub) shutdown(ctx context.Context) error {
 	g.once.Do(func() {
 		g.cancel()
-		g.bl.wake()
 		go func() {
 			defer close(g.done)
 			g.wg.Wait()
@@ -252,7 +244,6 @@ func (g *groupSub) cleanup() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	g.bl.reset()
 	// Entries read but never started: make them claimable at once by the
 	// other members (IDLE far in the past), and undo the delivery count of
 	// our read, so the next consumer sees its first attempt.
@@ -298,59 +289,6 @@ func (g *groupSub) cleanup() error {
 	return nil
 }
 
-// readLoop reads new entries with XREADGROUP while there are free tokens;
-// a ClaimPending member first takes over what other members have pending.
-func (g *groupSub) readLoop() {
-	defer g.bl.reset()
-	if g.cfg.ClaimPending {
-		g.claimPending()
-		close(g.claimed)
-	}
-	bo := newRetry()
-	for g.ctx.Err() == nil {
-		n := g.takeTokens()
-		if n == 0 {
-			return
-		}
-		g.bl.arm()
-		if g.ctx.Err() != nil {
-			g.bl.disarm()
-			g.putTokens(n)
-			return
-		}
-		cmd, block, err := g.bl.cmd(g.ctx)
-		var res []redis.XStream
-		if err == nil {
-			res, err = cmd.XReadGroup(g.ctx, &redis.XReadGroupArgs{
-				Group:    g.group,
-				Consumer: g.consumer,
-				Streams:  []string{g.key, ">"},
-				Count:    int64(n),
-				Block:    block,
-			}).Result()
-		}
-		g.bl.disarm()
-		now := time.Now()
-		switch {
-		case err == redis.Nil:
-			bo.Reset()
-			g.putTokens(n)
-			continue
-		case isNoGroup(err):
-			g.putTokens(n)
-			g.recreate(&bo)
-			continue
-		case err != nil:
-			g.putTokens(n)
-			g.fail(err, &bo)
-			continue
-		}
-		bo.Reset()
-		got := g.queueRead(res, now)
-		g.putTokens(n - got)
-	}
-}
-
 // queueRead queues the entries of a read (their first delivery) for the
 // handlers and returns how many there were.
 func (g *groupSub) queueRead(res []redis.XStream, now time.Time) int {
@@ -381,25 +319,50 @@ func (g *groupSub) Kick() {
 	}
 }
 
-// readOnDemand is readLoop for a ReadOnDemand subscription: XREADGROUP
-// without BLOCK on the client's pool, once at the start and then after each
-// Kick, again and again while reads come back full. It holds no connection
-// between reads. A Kick that arrives before a read starts is covered by that
-// read (it sees every entry added before it); one that arrives later makes
-// another read.
-func (g *groupSub) readOnDemand() {
+// readLoop reads new entries with XREADGROUP without BLOCK, on the
+// client's pool, while there are free tokens: once at the start, then again
+// and again while reads come back full, and otherwise when kicked. It never
+// holds a connection between reads. A Kick that arrives before a read
+// starts is covered by that read (it sees every entry added before it); one
+// that arrives later makes another read.
+//
+// A ReadOnDemand subscription is kicked only by its caller (Kick). Any
+// other is kicked by the Backend's shared blocking reader (the fan-out
+// reader of its stream, see fanReader): after a short read the
+// subscription registers the id of the stream's last entry it has seen
+// (read with XREVRANGE in the same pipeline, just before the XREADGROUP) as
+// its bell, and the shared reader rings it when the stream gets an entry
+// above it. BlockTime bounds the wait between reads, as a safety net. So
+// group subscriptions, however many, hold no connection of their own.
+func (g *groupSub) readLoop() {
 	if g.cfg.ClaimPending {
 		g.claimPending()
 		close(g.claimed)
 	}
 	bo := newRetry()
 	more := true // the first read, then after full reads and failures
+	var safety *time.Timer
+	if !g.cfg.ReadOnDemand {
+		safety = time.NewTimer(g.s.b.opts.BlockTime)
+		defer safety.Stop()
+	}
+	defer g.dropBell()
 	for g.ctx.Err() == nil {
 		if !more {
-			select {
-			case <-g.kick:
-			case <-g.ctx.Done():
-				return
+			if safety == nil {
+				select {
+				case <-g.kick:
+				case <-g.ctx.Done():
+					return
+				}
+			} else {
+				safety.Reset(g.s.b.opts.BlockTime)
+				select {
+				case <-g.kick:
+				case <-safety.C:
+				case <-g.ctx.Done():
+					return
+				}
 			}
 		}
 		n := g.takeTokens()
@@ -410,19 +373,31 @@ func (g *groupSub) readOnDemand() {
 		case <-g.kick:
 		default:
 		}
-		res, err := g.s.b.client.XReadGroup(g.ctx, &redis.XReadGroupArgs{
+		var last *redis.XMessageSliceCmd
+		var read *redis.XStreamSliceCmd
+		args := &redis.XReadGroupArgs{
 			Group:    g.group,
 			Consumer: g.consumer,
 			Streams:  []string{g.key, ">"},
 			Count:    int64(n),
 			Block:    -1,
-		}).Result()
+		}
+		if g.cfg.ReadOnDemand {
+			read = g.s.b.client.XReadGroup(g.ctx, args)
+		} else {
+			pipe := g.s.b.client.Pipeline()
+			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
+			read = pipe.XReadGroup(g.ctx, args)
+			_, _ = pipe.Exec(g.ctx)
+		}
+		res, err := read.Result()
 		now := time.Now()
 		switch {
 		case err == redis.Nil:
 			bo.Reset()
 			g.putTokens(n)
 			more = false
+			g.setBell(last, nil)
 			continue
 		case isNoGroup(err):
 			g.putTokens(n)
@@ -439,6 +414,82 @@ func (g *groupSub) readOnDemand() {
 		got := g.queueRead(res, now)
 		g.putTokens(n - got)
 		more = got == n
+		if !more {
+			g.setBell(last, res)
+		}
+	}
+}
+
+// setBell registers (or moves) the subscription's bell on the shared
+// reader after a short read: at the highest of the stream's last entry as
+// read just before the XREADGROUP and the entries the read returned. A
+// ReadOnDemand subscription has no bell. An unknown last entry (the
+// XREVRANGE failed) rings at once: the subscription reads again.
+func (g *groupSub) setBell(last *redis.XMessageSliceCmd, res []redis.XStream) {
+	if last == nil {
+		return
+	}
+	cursor := "0-0"
+	msgs, err := last.Result()
+	switch {
+	case err != nil && err != redis.Nil:
+		g.ring()
+		return
+	case len(msgs) > 0:
+		cursor = msgs[0].ID
+	}
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			if compareStreamIDs(m.ID, cursor) > 0 {
+				cursor = m.ID
+			}
+		}
+	}
+	r := g.s.readerFor(g.key)
+	r.mu.Lock()
+	fresh := g.bellOn == nil
+	if fresh {
+		st := r.streams[g.key]
+		if st == nil {
+			st = &fanStream{key: g.key, topic: g.topic}
+			r.streams[g.key] = st
+		}
+		st.bells = append(st.bells, g)
+		g.bellOn = r
+	}
+	g.bellCursor = cursor
+	r.mu.Unlock()
+	if fresh {
+		r.bl.wake() // a stream the shared read may not cover yet
+	}
+}
+
+// dropBell removes the subscription's bell from the shared reader.
+func (g *groupSub) dropBell() {
+	r := g.bellOn
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if st := r.streams[g.key]; st != nil {
+		for i, x := range st.bells {
+			if x == g {
+				st.bells = append(st.bells[:i], st.bells[i+1:]...)
+				break
+			}
+		}
+		if len(st.subs) == 0 && len(st.bells) == 0 {
+			delete(r.streams, g.key)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// ring makes the read loop read again (the shared reader saw a new entry).
+func (g *groupSub) ring() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -620,7 +671,6 @@ func (g *groupSub) fail(err error, bo *backoff.Backoff) {
 		return
 	}
 	g.s.b.opts.Logger.Warn("redisstreams: group read failed; retrying", "topic", g.topic, "group", g.group, "err", err)
-	g.bl.reset()
 	if isMoved(err) {
 		g.s.reloadCluster(g.ctx)
 	}

@@ -295,16 +295,23 @@ func (b *Backend) publish(ctx context.Context, topic, group string, e pubsub.Eve
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
 // existing group keeps its position), named Options.Consumer plus a random
-// suffix of the Backend and a per-subscription number. It holds one connection for its blocking
-// XREADGROUP, reads up to BatchSize entries at a time, acks in batches,
-// redelivers a nacked entry to itself after pubsub.RedeliveryDelay (XCLAIM, which
-// counts the attempt), and every AckDeadline/2 claims entries that other
-// consumers left unacked for AckDeadline. A nacked entry waits out its delay
-// holding no handler (with Concurrency(1), to keep the order, its handler
-// waits). With pubsub.ReadOnDemand it holds no connection: it reads with
-// XREADGROUP without BLOCK, on the client's pool, once as it starts and
-// after each Kick (pubsub.Kicker) until a read comes back short, and looks
-// for stale entries of other consumers only while it is being kicked. Entries its handlers have not
+// suffix of the Backend and a per-subscription number. It holds no
+// connection of its own: it reads with XREADGROUP without BLOCK on the
+// client's pool, up to BatchSize entries at a time, again while reads come
+// back full; after a short read it waits for the Backend's shared reader
+// (the one fan-out subscriptions use, which adds the stream to its XREAD)
+// to ring it when the stream gets an entry above the last one it saw (read
+// with XREVRANGE in the same pipeline), or for BlockTime at most. So a
+// Backend holds one connection blocked in a read on a standalone or Sentinel
+// client however many subscriptions it has (TestGroupSubscriptionsShareOneReader:
+// 500 group subscriptions, one). With pubsub.ReadOnDemand it reads only
+// at the start and when kicked (pubsub.Kicker), without a bell, and looks
+// for stale entries of other consumers only while it is being kicked. It
+// acks in batches and redelivers a nacked entry to itself after
+// pubsub.RedeliveryDelay (XCLAIM, which counts the attempt); the entry waits
+// out its delay holding no handler (with Concurrency(1), to keep the order,
+// its handler waits). Every AckDeadline/2 it claims entries that other
+// consumers left unacked for AckDeadline. Entries its handlers have not
 // started when it is unsubscribed are handed back at once. With
 // pubsub.ClaimPending it first walks the group's pending list in id order
 // (XPENDING + XCLAIM with no minimum idle time), delivering what other
@@ -463,18 +470,6 @@ func (s *streamBus) readerGroup(key string) (string, nodeFunc) {
 	default:
 		return "tag:" + keys.HashTag(key), nil
 	}
-}
-
-// nodeFor returns how a group subscription on key gets its blocking
-// connection (nil: use the shared pool with short blocks).
-func (s *streamBus) nodeFor(key string) nodeFunc {
-	switch c := s.b.client.(type) {
-	case *redis.Client:
-		return func(context.Context) (*redis.Client, error) { return c, nil }
-	case *redis.ClusterClient:
-		return func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, key) }
-	}
-	return nil
 }
 
 // reloadCluster refreshes the Cluster slot map after a redirection.

@@ -19,8 +19,8 @@ type nodeFunc func(ctx context.Context) (*redis.Client, error)
 // CLIENT UNBLOCK (a Ring, or a server without CLIENT ID such as miniredis).
 const pollBlock = 100 * time.Millisecond
 
-// blocker owns one dedicated connection for blocking reads (XREAD or
-// XREADGROUP BLOCK) that another goroutine can interrupt: wake sends CLIENT
+// blocker owns one dedicated connection for the shared reader's blocking
+// XREAD that another goroutine can interrupt: wake sends CLIENT
 // UNBLOCK with the connection's id over the node's ordinary pool. go-redis
 // does not abort a blocking read when its ctx is cancelled, so this is how
 // new subscriptions are picked up at once and how Unsubscribe and Close
@@ -180,11 +180,14 @@ func (bl *blocker) unblock(done <-chan struct{}) {
 	}
 }
 
-// fanReader is the shared fan-out reader of one reader group (see
+// fanReader is the shared reader of one reader group (see
 // streamBus.readerGroup): one goroutine and one blocking connection issue
-// XREAD over every stream its subscriptions read, each from the smallest
-// cursor among the subscriptions that have room, and hand each entry to the
-// subscriptions whose cursor is behind it.
+// XREAD over every stream its fan-out subscriptions read or a group
+// subscription waits on, each from the smallest cursor among the fan-out
+// subscriptions that have room and the group subscriptions' bells; it
+// hands each entry to the fan-out subscriptions whose cursor is behind it
+// and rings the bells behind the newest entry of each stream (the group
+// subscription then reads with XREADGROUP itself).
 type fanReader struct {
 	s  *streamBus
 	bl *blocker
@@ -199,6 +202,7 @@ type fanReader struct {
 type fanStream struct {
 	key, topic string
 	subs       []*fanSub
+	bells      []*groupSub // group subscriptions waiting for an entry above their bellCursor
 }
 
 // fanSub is one fan-out subscription.
@@ -319,7 +323,7 @@ func (f *fanSub) shutdown(ctx context.Context) error {
 				break
 			}
 		}
-		if len(st.subs) == 0 {
+		if len(st.subs) == 0 && len(st.bells) == 0 {
 			delete(r.streams, st.key)
 		}
 		r.mu.Unlock()
@@ -467,6 +471,11 @@ func (r *fanReader) args() []string {
 				from = sub.cursor
 			}
 		}
+		for _, g := range st.bells {
+			if from == "" || compareStreamIDs(g.bellCursor, from) < 0 {
+				from = g.bellCursor
+			}
+		}
 		if from != "" {
 			keys = append(keys, key)
 			ids = append(ids, from)
@@ -490,6 +499,17 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 		st := r.streams[xs.Stream]
 		if st == nil {
 			continue
+		}
+		if n := len(xs.Messages); n > 0 {
+			// Ring the bells of the group subscriptions behind the newest
+			// entry: they read the stream themselves (XREADGROUP).
+			newest := xs.Messages[n-1].ID
+			for _, g := range st.bells {
+				if compareStreamIDs(newest, g.bellCursor) > 0 {
+					g.bellCursor = newest
+					g.ring()
+				}
+			}
 		}
 		for _, msg := range xs.Messages {
 			var (
@@ -548,23 +568,38 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 		sub    *fanSub
 		cursor string
 	}
+	type bellSnap struct {
+		g      *groupSub
+		cursor string
+	}
 	r.mu.Lock()
 	snaps := make(map[string][]snap, len(r.streams))
+	bells := make(map[string][]bellSnap)
 	for key, st := range r.streams {
 		for _, sub := range st.subs {
 			if sub.cursor != "0-0" {
 				snaps[key] = append(snaps[key], snap{sub, sub.cursor})
 			}
 		}
+		for _, g := range st.bells {
+			if g.bellCursor != "0-0" {
+				bells[key] = append(bells[key], bellSnap{g, g.bellCursor})
+			}
+		}
 	}
 	r.mu.Unlock()
-	if len(snaps) == 0 {
+	if len(snaps) == 0 && len(bells) == 0 {
 		return
 	}
 	pipe := cmd.Pipeline()
-	infos := make(map[string]*redis.XInfoStreamCmd, len(snaps))
+	infos := make(map[string]*redis.XInfoStreamCmd, len(snaps)+len(bells))
 	for key := range snaps {
 		infos[key] = pipe.XInfoStream(ctx, key)
+	}
+	for key := range bells {
+		if infos[key] == nil {
+			infos[key] = pipe.XInfoStream(ctx, key)
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 	r.mu.Lock()
@@ -583,6 +618,14 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 		for _, sn := range snaps[key] {
 			if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
 				sn.sub.cursor = "0-0"
+			}
+		}
+		for _, b := range bells[key] {
+			// Deleted or recreated lower: the subscription reads again
+			// (finding its group gone, it recreates it).
+			if b.g.bellCursor == b.cursor && compareStreamIDs(last, b.cursor) < 0 {
+				b.g.bellCursor = "0-0"
+				b.g.ring()
 			}
 		}
 	}

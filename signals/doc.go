@@ -24,12 +24,12 @@
 //     marked Redelivered ("may have run").
 //   - The agent must stop when its ctx ends (lease lost, Cancel, or Close
 //     giving up), and should fence its side effects with Run.Token.
-//   - Connections: a runtime holds at most two Redis connections blocked in
-//     reads, whatever the number of threads (on a standalone or Sentinel
-//     client: the work group's reader and the shared fan-out reader; on a
-//     Cluster, add one per hash slot of the work and control topics). An
-//     active thread holds none: its tenure reads its inbox without blocking,
-//     when told to. go-redis's default pool (redisstreams.NewURL) is enough:
+//   - Connections: a runtime on redisstreams holds one Redis connection
+//     blocked in reads, whatever the number of threads (on a standalone or
+//     Sentinel client the Backend's shared reader serves the work group, the
+//     notice watch and the control topic; on a Cluster, one per hash slot of
+//     the work and control topics). An active thread holds none: its tenure
+//     reads its inbox without blocking, when told to. go-redis's default pool (redisstreams.NewURL) is enough:
 //     TestThousandActiveThreadsDefaultPool runs 1,000 threads active at once
 //     on it with no pool timeout and no lost lease.
 //   - Takeover: a dead owner's thread runs again elsewhere within about
@@ -290,8 +290,10 @@
 // no connection (pubsub.ReadOnDemand). On a pubsub without
 // pubsub.ReadOnDemand, such as one wrapped by a layer that does not pass
 // pubsub.Kicker on, each inbox subscription reads as the backend always
-// does (on redisstreams, one blocking connection each): size the pool for
-// the threads active at once. A wrapper that does not pass on
+// does (on redisstreams: no connection of its own either, but an
+// XREADGROUP each time the Backend's shared reader sees a new entry on the
+// inbox, and the inbox in that reader's XREAD, which grows with the
+// threads active at once). A wrapper that does not pass on
 // pubsub.GroupPublisher makes inbox publishes plain: then keep the
 // retention large (the default 100,000), or an inbox could be trimmed
 // before its first tenure subscribed.

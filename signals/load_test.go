@@ -18,10 +18,10 @@ import (
 )
 
 // readingConnsBound is the most Redis connections a runtime may hold blocked
-// in a read, whatever the number of active threads: the work group's reader
-// and the shared fan-out reader (wake-notice watch and control topic) on a
-// standalone server.
-const readingConnsBound = 2
+// in a read, whatever the number of active threads: on a standalone server,
+// the Backend's one shared reader (its XREAD covers the work topic for the
+// group subscription's bell, the wake-notice watch and the control topic).
+const readingConnsBound = 1
 
 // activeLoad is what runActiveThreads measured.
 type activeLoad struct {

@@ -29,9 +29,13 @@
 //     Sentinel client the Backend's shared reader serves the work group, the
 //     notice watch and the control topic; on a Cluster, one per hash slot of
 //     the work and control topics). An active thread holds none: its tenure
-//     reads its inbox without blocking, when told to. go-redis's default pool (redisstreams.NewURL) is enough:
-//     TestThousandActiveThreadsDefaultPool runs 1,000 threads active at once
-//     on it with no pool timeout and no lost lease.
+//     reads its inbox without blocking, when told to. go-redis's default
+//     pool (redisstreams.NewURL) is enough: TestThousandActiveThreadsDefaultPool
+//     runs 1,000 threads active at once on it with no pool timeout and no
+//     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md).
+//   - A thread stays with the process that ran it for the linger time after
+//     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
+//     Shorten it with WithLinger when threads should move sooner.
 //   - Takeover: a dead owner's thread runs again elsewhere within about
 //     TTL + recovery interval, however many signals wait behind long runs
 //     elsewhere (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s

@@ -251,19 +251,32 @@ func (g *groupSub) cleanup() error {
 	// before our claim.
 	// Nacked entries waiting for their redelivery delay are handed back
 	// the same way, keeping the attempts they were given.
+	// A waiting entry may have been taken over by another member meanwhile
+	// (its AckDeadline ran out): it is handed back only if it is still
+	// ours, which XCLAIM's minimum idle time (the time since our own
+	// claim) tells, as retryLoop does.
 	g.mu.Lock()
 	byCount := make(map[int][]any)
+	var waiting []*groupMsg
 	for id, m := range g.inflight {
 		switch {
 		case m.waiting:
 			m.timer.Stop()
-			byCount[m.attempt] = append(byCount[m.attempt], id)
+			waiting = append(waiting, m)
 		case !m.started && !m.lost:
 			byCount[m.attempt-1] = append(byCount[m.attempt-1], id)
 		}
 	}
 	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
+	for _, m := range waiting {
+		args := []any{"XCLAIM", g.key, g.group, g.consumer, time.Since(m.received).Milliseconds(), m.id,
+			"IDLE", int64(365 * 24 * time.Hour / time.Millisecond), "RETRYCOUNT", m.attempt, "JUSTID"}
+		if err := g.s.b.client.Do(ctx, args...).Err(); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: hand back a nacked entry failed; it is reclaimed after the ack deadline",
+				"topic", g.topic, "group", g.group, "err", err)
+		}
+	}
 	for count, ids := range byCount {
 		args := append([]any{"XCLAIM", g.key, g.group, g.consumer, 0}, ids...)
 		args = append(args, "IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", count, "JUSTID")

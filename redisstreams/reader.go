@@ -203,6 +203,11 @@ type fanStream struct {
 	key, topic string
 	subs       []*fanSub
 	bells      []*groupSub // group subscriptions waiting for an entry above their bellCursor
+	// readFrom is the cursor the current XREAD reads this stream from (""
+	// when it does not read it): dispatch hands entries only to the
+	// subscriptions whose cursor is at or above it, the ones the read
+	// covers. Guarded by fanReader.mu.
+	readFrom string
 }
 
 // fanSub is one fan-out subscription.
@@ -476,6 +481,7 @@ func (r *fanReader) args() []string {
 				from = g.bellCursor
 			}
 		}
+		st.readFrom = from
 		if from != "" {
 			keys = append(keys, key)
 			ids = append(ids, from)
@@ -502,11 +508,17 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 		}
 		if n := len(xs.Messages); n > 0 {
 			// Ring the bells of the group subscriptions behind the newest
-			// entry: they read the stream themselves (XREADGROUP).
+			// entry: they read the stream themselves (XREADGROUP). A full
+			// batch may stop short of the stream's end (a fan-out
+			// subscription catching up sets where the read starts), so
+			// it rings every bell.
 			newest := xs.Messages[n-1].ID
+			full := n >= r.s.b.opts.BatchSize
 			for _, g := range st.bells {
 				if compareStreamIDs(newest, g.bellCursor) > 0 {
 					g.bellCursor = newest
+					g.ring()
+				} else if full {
 					g.ring()
 				}
 			}
@@ -520,6 +532,12 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 			)
 			for _, sub := range st.subs {
 				if sub.full.Load() || compareStreamIDs(msg.ID, sub.cursor) <= 0 {
+					continue
+				}
+				if st.readFrom == "" || compareStreamIDs(sub.cursor, st.readFrom) < 0 {
+					// Left out of this read (it was full): the entries
+					// between its cursor and the read's start are not
+					// here; it gets them from its own cursor next time.
 					continue
 				}
 				if !decoded {

@@ -247,6 +247,7 @@ func (s *session) loop() {
 	held := s.held
 	s.mu.Unlock()
 	lost := false
+	subscribed := false // a tenure whose inbox subscription failed read nothing: it settles no notice
 	defer func() {
 		// The session stays in rt.sessions until the lease is released: a
 		// local Send or notice handler that finds it with quit closed waits
@@ -283,7 +284,7 @@ func (s *session) loop() {
 		s.mu.Lock()
 		drained := s.drained
 		s.mu.Unlock()
-		rt.noteTenureEnd(s.thread, s.startedAt, !lost, drained)
+		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
 	}()
@@ -302,6 +303,7 @@ func (s *session) loop() {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
 		return
 	}
+	subscribed = true
 	s.mu.Lock()
 	s.inbox = sub
 	kicked := s.kicked

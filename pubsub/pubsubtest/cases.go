@@ -921,11 +921,17 @@ func (s *suite) claimPendingTakesOverInOrder(t *testing.T) {
 		peer := s.peer(t, ps)
 		topic := topicFor(t)
 		entered := make(chan struct{}, 3)
+		// The first member reads no further ahead than its 3 handlers
+		// (ClaimPending's read-ahead rule; it has nothing to claim), so
+		// events 4 and 5 stay untaken for the heir: a member that reads
+		// ahead could take them after the heir's claim, at whatever moment
+		// its read comes (legitimately: it is a live member), and hold them
+		// in its queue until the ack deadline.
 		first := s.subscribe(t, peer, topic, func(ctx context.Context, e pubsub.Event) error {
 			entered <- struct{}{}
 			<-ctx.Done() // never acks
 			return ctx.Err()
-		}, pubsub.Group("g"), pubsub.AckDeadline(deadline), pubsub.Concurrency(3))
+		}, pubsub.Group("g"), pubsub.AckDeadline(deadline), pubsub.Concurrency(3), pubsub.ClaimPending())
 		s.publishSeq(t, ps, topic, 1, 4)
 		for range 3 {
 			s.await(t, entered, "the first member taking events 1..3")

@@ -53,6 +53,12 @@
 //     which is what StartFrom(Earliest) replays to a new group or fan-out
 //     subscription.
 //
+// A group counts from the moment it exists: events published to a topic
+// before any member of a group subscribed are kept only as the newest
+// Retention events. To keep them for a group that will subscribe later,
+// publish with [GroupPublisher] (PublishFor creates the group in the same
+// step), as the signals runtime does for thread inboxes.
+//
 // Backends may keep more than that (they trim in steps, not on every
 // publish). Fan-out subscriptions are not durable: an in-process backend
 // never trims ahead of one, but a backend shared between processes may, once
@@ -64,8 +70,18 @@
 // What happens around a handler call is the same on every backend because it
 // is written once, as [Policy]: a panic is a nack, an event that failed
 // [MaxDeliveries] attempts is dead-lettered and then acked, and a nacked event
-// waits [RedeliveryDelay] (10ms by default, doubling per attempt up to 1s)
-// before it is delivered again. A backend makes one Policy per Subscribe with
+// waits [RedeliveryDelay] (10ms by default, doubling per attempt up to 1s,
+// or up to [RedeliveryCap]) before it is delivered again; on a group
+// subscription with a Concurrency above 1 the wait holds no handler, so a
+// nacked event never holds up the others. A backend makes one Policy per Subscribe with
 // [NewPolicy] and only moves events: it reads them, sets
 // [Event.DeliveryAttempt], acks, redelivers and claims.
+//
+// # Many subscriptions
+//
+// A caller holding many group subscriptions that it knows, by other means,
+// when to read (one per active thread, say) subscribes with [ReadOnDemand]
+// and tells each one to read with [Kicker]: the subscription then reads only
+// when kicked. On redisstreams no group subscription holds a connection of
+// its own either way (a Backend's reads wait on one shared connection).
 package pubsub

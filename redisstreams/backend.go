@@ -81,8 +81,12 @@ type Options struct {
 	// larger events are rejected with an error wrapping pubsub.ErrInvalid.
 	// Default DefaultMaxEventSize.
 	MaxEventSize int
-	// BlockTime is how long one blocking read waits before it is issued
-	// again, within [1ms, MaxBlockTime]. Default DefaultBlockTime.
+	// BlockTime is how long the Backend's shared blocking read (XREAD)
+	// waits before it is issued again, and how long a group subscription
+	// (other than a pubsub.ReadOnDemand one) waits for the shared reader's
+	// bell before it reads again anyway (one pipelined XREVRANGE and
+	// XREADGROUP per idle subscription per BlockTime), within [1ms,
+	// MaxBlockTime]. Default DefaultBlockTime.
 	BlockTime time.Duration
 	// BatchSize is the COUNT of stream reads and the largest publish
 	// pipeline, at most MaxBatchSize. Default DefaultBatchSize.

@@ -3,7 +3,6 @@ package signals_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,36 +138,15 @@ func runActiveThreads(tb testing.TB, n int) activeLoad {
 	}
 	res := activeLoad{threads: n, signals: 3 * n, poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0)}
 
-	var maxBlocked, maxConns atomic.Int64
+	// Only the sampler goroutine writes these; they are read after it ended.
+	var maxBlocked, maxConns int
 	sample := func() {
-		list, err := admin.ClientList(ctx).Result()
+		conns, blocked, err := redistest.ClientStats(ctx, admin)
 		if err != nil {
 			tb.Errorf("CLIENT LIST: %v", err)
 			return
 		}
-		blocked, conns := 0, 0
-		for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-			if strings.Contains(line, "cmd=client|list") {
-				continue // the admin connection
-			}
-			conns++
-			for _, f := range strings.Fields(line) {
-				if flags, ok := strings.CutPrefix(f, "flags="); ok && strings.Contains(flags, "b") {
-					blocked++
-				}
-			}
-		}
-		for _, m := range []struct {
-			max *atomic.Int64
-			v   int
-		}{{&maxBlocked, blocked}, {&maxConns, conns}} {
-			for {
-				cur := m.max.Load()
-				if int64(m.v) <= cur || m.max.CompareAndSwap(cur, int64(m.v)) {
-					break
-				}
-			}
-		}
+		maxBlocked, maxConns = max(maxBlocked, blocked), max(maxConns, conns)
 	}
 	stopSampling := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -240,8 +218,7 @@ func runActiveThreads(tb testing.TB, n int) activeLoad {
 	res.firstLost = firstLost
 	mu.Unlock()
 	res.poolTimeouts = b.Client().PoolStats().Timeouts
-	res.maxBlocked = int(maxBlocked.Load())
-	res.maxConns = int(maxConns.Load())
+	res.maxBlocked, res.maxConns = maxBlocked, maxConns
 	return res
 }
 

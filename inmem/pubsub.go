@@ -160,6 +160,27 @@ func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.
 	return b.publishTo(ctx, topic, group, e)
 }
 
+// PublishBatch publishes ps in order, each as Publish (PublishFor when its
+// Group is set) does, after checking them all (pubsub.BatchPublisher):
+// an invalid publication returns an error wrapping pubsub.ErrInvalid and
+// nothing is published.
+func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
+	for i, p := range ps {
+		if err := pubsub.ValidateTopic(p.Topic); err != nil {
+			return fmt.Errorf("publication %d: %w", i, err)
+		}
+		if _, err := pubsub.PrepareEvent(p.Event); err != nil {
+			return fmt.Errorf("publication %d: %w (topic %q)", i, err, p.Topic)
+		}
+	}
+	for i, p := range ps {
+		if err := b.publishTo(ctx, p.Topic, p.Group, p.Event); err != nil {
+			return fmt.Errorf("inmem: publication %d of %d: %w", i, len(ps), err)
+		}
+	}
+	return nil
+}
+
 // publishTo is Publish, and PublishFor when group is set.
 func (b *Backend) publishTo(ctx context.Context, topic, group string, e pubsub.Event) error {
 	if b.isClosed() {

@@ -21,3 +21,37 @@ type GroupPublisher interface {
 	// otherwise it fails as Publish does.
 	PublishFor(ctx context.Context, topic, group string, e Event) error
 }
+
+// BatchPublisher is an optional capability of a PubSub: publish several
+// events, to one topic or several, in one step and in order. Find it with a
+// type assertion. A backend that can sends them together (redisstreams: one
+// pipeline, one round trip, when every topic is on one Redis node).
+//
+// The signals runtime stores a signal in its thread's inbox and publishes
+// its wake notice with one PublishBatch: the notice must never be stored
+// before the signal it announces.
+type BatchPublisher interface {
+	// PublishBatch publishes each of ps as Publish does (as
+	// GroupPublisher.PublishFor when its Group is set), in the order
+	// given: no event is stored before the ones ahead of it in ps. Every
+	// publication is checked before any is sent: an invalid one (an empty
+	// topic or event type, an event too large) returns an error wrapping
+	// ErrInvalid naming its index, and nothing is published; an empty ps
+	// publishes nothing and returns nil. When sending fails, the events
+	// before the failed one may be stored, and on Redis, which runs a
+	// pipeline to its end, so may the ones after it; the error names the
+	// first publication that failed.
+	PublishBatch(ctx context.Context, ps []Publication) error
+}
+
+// Publication is one event of a BatchPublisher.PublishBatch.
+type Publication struct {
+	// Topic receives Event.
+	Topic string
+	// Group, when set, is created on Topic in the same step if missing,
+	// as GroupPublisher.PublishFor does.
+	Group string
+	// Event is published as Publish would (an empty ID or CreatedAt is
+	// filled in on the backend's copy).
+	Event Event
+}

@@ -334,7 +334,9 @@ func (g *groupSub) Kick() {
 
 // readLoop reads new entries with XREADGROUP without BLOCK, on the
 // client's pool, while there are free tokens: once at the start, then again
-// and again while reads come back full, and otherwise when kicked. It never
+// and again while reads come back full (a ReadOnDemand subscription: full
+// and short of the stream's last entry, which an XREVRANGE in the same
+// pipeline reads right after), and otherwise when kicked. It never
 // holds a connection between reads. A Kick that arrives before a read
 // starts is covered by that read (it sees every entry added before it); one
 // that arrives later makes another read.
@@ -386,7 +388,7 @@ func (g *groupSub) readLoop() {
 		case <-g.kick:
 		default:
 		}
-		var last *redis.XMessageSliceCmd
+		var last, after *redis.XMessageSliceCmd
 		var read *redis.XStreamSliceCmd
 		args := &redis.XReadGroupArgs{
 			Group:    g.group,
@@ -396,7 +398,13 @@ func (g *groupSub) readLoop() {
 			Block:    -1,
 		}
 		if g.cfg.ReadOnDemand {
-			read = g.s.b.client.XReadGroup(g.ctx, args)
+			// The stream's last entry, read right after: when the read
+			// returned it, nothing the kick covers is left unread, and
+			// no second read is needed to find that out.
+			pipe := g.s.b.client.Pipeline()
+			read = pipe.XReadGroup(g.ctx, args)
+			after = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
+			_, _ = pipe.Exec(g.ctx)
 		} else {
 			pipe := g.s.b.client.Pipeline()
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
@@ -426,11 +434,30 @@ func (g *groupSub) readLoop() {
 		bo.Reset()
 		got := g.queueRead(res, now)
 		g.putTokens(n - got)
-		more = got == n
+		more = got == n && !readToEnd(res, after)
 		if !more {
 			g.setBell(last, res)
 		}
 	}
+}
+
+// readToEnd reports whether a read returned the stream's last entry as
+// after (an XREVRANGE sent right after the read, in the same pipeline)
+// found it; false when after is nil or failed.
+func readToEnd(res []redis.XStream, after *redis.XMessageSliceCmd) bool {
+	if after == nil {
+		return false
+	}
+	msgs, err := after.Result()
+	if err != nil || len(msgs) == 0 {
+		return false
+	}
+	for _, xs := range res {
+		if n := len(xs.Messages); n > 0 && compareStreamIDs(xs.Messages[n-1].ID, msgs[0].ID) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // setBell registers (or moves) the subscription's bell on the shared

@@ -260,22 +260,83 @@ func (b *Backend) publish(ctx context.Context, topic, group string, e pubsub.Eve
 		return err
 	}
 	defer b.bus.leave()
-	if err := pubsub.ValidateTopic(topic); err != nil {
+	fields, err := b.encodeFor(topic, e)
+	if err != nil {
 		return err
+	}
+	return b.bus.publish(ctx, b.keys.Stream(topic), group, fields)
+}
+
+// encodeFor checks topic and e and returns e's stream fields.
+func (b *Backend) encodeFor(topic string, e pubsub.Event) ([]string, error) {
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return nil, err
 	}
 	e, err := pubsub.PrepareEvent(e)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fields, size, err := encodeEvent(e)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if size > b.opts.MaxEventSize {
-		return fmt.Errorf("%w: event %q on topic %q is %d bytes encoded, over the limit of %d bytes (Options.MaxEventSize)",
+		return nil, fmt.Errorf("%w: event %q on topic %q is %d bytes encoded, over the limit of %d bytes (Options.MaxEventSize)",
 			pubsub.ErrInvalid, e.ID, topic, size, b.opts.MaxEventSize)
 	}
-	return b.bus.publish(ctx, b.keys.Stream(topic), group, fields)
+	return fields, nil
+}
+
+// PublishBatch publishes ps in order (pubsub.BatchPublisher). When every
+// stream is served by one node (a standalone or Sentinel client, or one
+// Cluster hash slot) it sends them in one pipeline, one round trip, each
+// XADD preceded by its XGROUP CREATE when Group is set; Redis runs a
+// pipeline's commands in order. Otherwise (streams on different slots of a
+// Cluster, or on different shards of a Ring) it publishes them one after the other, each after
+// the previous one's reply. It does not wait behind other callers'
+// publishes (see Publish): its pipeline is its own.
+func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
+	if err := b.bus.enter(); err != nil {
+		return err
+	}
+	defer b.bus.leave()
+	if len(ps) == 0 {
+		return nil
+	}
+	reqs := make([]*pubReq, len(ps))
+	one := true
+	var node string
+	for i, p := range ps {
+		fields, err := b.encodeFor(p.Topic, p.Event)
+		if err != nil {
+			return fmt.Errorf("publication %d: %w", i, err)
+		}
+		key := b.keys.Stream(p.Topic)
+		reqs[i] = &pubReq{key: key, fields: fields, group: p.Group, trim: b.bus.trimDue()}
+		if g, _ := b.bus.readerGroup(key); i == 0 {
+			node = g
+		} else if g != node {
+			one = false
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !one {
+		for i, r := range reqs {
+			if err := b.bus.publish(ctx, r.key, r.group, r.fields); err != nil {
+				return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(reqs), err)
+			}
+		}
+		return nil
+	}
+	b.bus.pipeline(ctx, reqs)
+	for i, r := range reqs {
+		if r.err != nil {
+			return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(reqs), r.err)
+		}
+	}
+	return nil
 }
 
 // Subscribe starts delivering the events of topic to h and returns once the

@@ -257,7 +257,10 @@ func BenchmarkSendForwarded(b *testing.B) {
 // overall (done-p50-ms, done-p99-ms), per Action of the Send (woke-*,
 // fwd-*), and as the number of signals that took 100ms or more (slow-100ms);
 // redis-rt/signal is the Redis round trips of all three clients from the
-// first Send until the last signal completed, per signal.
+// first Send until the last signal completed, per signal; settled/s counts
+// until every wake notice was acked too (the work that a signal leaves
+// behind it), and the log has redis-server's commands and CPU per signal
+// over that time.
 func BenchmarkSignalsThroughput(b *testing.B) {
 	const (
 		threads  = 1000
@@ -347,8 +350,11 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		actions [signals.Forwarded + 1]atomic.Int64
 		wg      sync.WaitGroup
 	)
+	statc := srv.Client(b)
+	stats0, cpu0 := benchCmdStats(b, statc)
 	b.ResetTimer()
 	trips0 := trips.N()
+	dials0 := trips.Dials()
 	start := time.Now()
 	for range senders {
 		wg.Go(func() {
@@ -384,6 +390,11 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 	}
 	b.StopTimer()
 	tripsRun := trips.N() - trips0
+	b.ReportMetric(float64(trips.Dials()-dials0), "dials")
+	settled := benchSettled(b, statc)
+	stats1, cpu1 := benchCmdStats(b, statc)
+	benchLogCmdStats(b, stats0, stats1, cpu0, cpu1, b.N)
+	b.ReportMetric(float64(b.N)/settled.Sub(start).Seconds(), "settled/s")
 	elapsed := finished.Sub(start)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "signals/s")
 	b.ReportMetric(float64(b.N)/sentAll.Seconds(), "sends/s")

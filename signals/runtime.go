@@ -211,19 +211,24 @@ func runOf(owner string) string {
 	return ""
 }
 
-// Send accepts sig for thread: it stores the signal in the thread's durable
-// inbox, then either starts a run here (Woke), finds this process already
-// holding the thread (Delivered), or reports the process that holds it
-// (Forwarded), and publishes a wake notice. A tenure of this process that is
-// ending (it stopped reading its inbox) is waited for, and the lease tried
-// once it released. Once Send returned nil the signal is
-// run even if this process exits at once, as long as some runtime stays
-// alive. The fast path is three round trips (inbox, acquire, notice); two
-// when this process holds the thread.
+// Send accepts sig for thread: it either starts a run here (Woke), finds
+// this process already holding the thread (Delivered), or reports the
+// process that holds it (Forwarded), then stores the signal in the thread's
+// durable inbox and publishes a wake notice, in that order and in one step
+// (pubsub.BatchPublisher), and tells the local tenure, if any, to read its
+// inbox. A tenure of this process that is ending (it stopped reading its
+// inbox) is waited for, and the lease tried once it released. Once Send
+// returned nil the signal is run even if this process exits at once, as
+// long as some runtime stays alive. The fast path is two round trips (the
+// acquire, then the inbox entry and the notice in one pipeline); one when
+// this process holds the thread. (On a Redis Cluster, whose inbox and work
+// topic are on different nodes, the inbox entry and the notice take one
+// round trip each; so they do through a wrapper that hides
+// pubsub.BatchPublisher.)
 //
-// Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed. An
-// error after the inbox publish means the signal may or may not run: retry
-// with the same signal ID, which is run once.
+// Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
+// Any other error means the signal may or may not run: retry with the same
+// signal ID, which is run once.
 func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepted, error) {
 	if thread == "" {
 		return Accepted{}, fmt.Errorf("%w: thread is empty", ErrInvalid)
@@ -241,42 +246,61 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if len(sig.Metadata) > 0 {
 		ev.Metadata = maps.Clone(sig.Metadata)
 	}
-	if err := publishInbox(ctx, rt.ps, thread, ev); err != nil {
-		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
-	}
-	// The lease is tried before the wake notice is published: no notice
-	// handler can learn of this signal before this Send's own acquire was
-	// decided, so a handler that finds the thread free and takes it never
-	// races this sender for it.
+	// The lease is tried before the signal and its notice are published:
+	// no notice handler can learn of this signal before this Send's own
+	// acquire was decided, so a handler that finds the thread free and
+	// takes it never races this sender for it. A tenure this acquire
+	// started reads the inbox when kicked below, after the publish.
 	s, created, holder, werr := rt.wake(ctx, thread, false)
+	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
 	var acc Accepted
 	switch {
 	case errors.Is(werr, ErrClosed):
 		// Stored durably; another runtime takes it.
 		acc = Accepted{Action: Forwarded, SignalID: sig.ID}
 	case werr != nil:
+		// Stored anyway, with a notice whose handler takes the thread.
 	case s == nil:
 		acc = Accepted{Action: Forwarded, Owner: holder, RunID: runOf(holder), SignalID: sig.ID}
 	default:
 		acc = Accepted{Action: Delivered, SignalID: sig.ID}
 		if created {
-			acc.Action = Woke // its first read finds the signal
-		} else {
-			s.kick() // read the inbox: the signal is there
+			acc.Action = Woke
 		}
 		acc.RunID, acc.Owner = s.current()
 	}
-	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
 	if acc.Action != 0 {
 		notice.Metadata[metaAction] = acc.Action.String()
 	}
-	if err := rt.ps.Publish(ctx, WorkTopic, notice); err != nil {
-		return Accepted{}, fmt.Errorf("signals: wake notice for %q on thread %q: %w", sig.ID, thread, err)
+	if err := rt.publishSignal(ctx, thread, ev, notice); err != nil {
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
+	}
+	if s != nil {
+		s.kick() // read the inbox: the signal is there
 	}
 	if acc.Action == 0 {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, werr)
 	}
 	return rt.sent(thread, sig, acc), nil
+}
+
+// publishSignal stores ev in thread's inbox and then publishes its wake
+// notice: in one step on a pubsub.BatchPublisher (the inbox entry first,
+// with its group created if missing), otherwise one after the other.
+func (rt *Runtime) publishSignal(ctx context.Context, thread string, ev, notice pubsub.Event) error {
+	if bp, ok := rt.ps.(pubsub.BatchPublisher); ok {
+		return bp.PublishBatch(ctx, []pubsub.Publication{
+			{Topic: InboxTopic(thread), Group: InboxGroup, Event: ev},
+			{Topic: WorkTopic, Event: notice},
+		})
+	}
+	if err := publishInbox(ctx, rt.ps, thread, ev); err != nil {
+		return err
+	}
+	if err := rt.ps.Publish(ctx, WorkTopic, notice); err != nil {
+		return fmt.Errorf("wake notice: %w", err)
+	}
+	return nil
 }
 
 // publishInbox stores ev in thread's inbox. On a pubsub that can

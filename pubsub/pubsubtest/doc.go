@@ -28,7 +28,9 @@
 // retention, pubsub.DefaultRetention) and, when [Config.NewWithRetention] is
 // set, RetentionNeverDropsUnacked (with [MinRetention], a group stuck on its
 // first event and a group without a member receive every one of 2,010
-// events). A backend implementing pubsub.TopicDeleter runs DeleteTopic.
+// events). A backend implementing pubsub.TopicDeleter runs DeleteTopic;
+// one implementing pubsub.BatchPublisher runs PublishBatchInOrder (with
+// Config.NewWithRetention).
 //
 // [BenchPublish] and [BenchEndToEnd] give every backend the same benchmarks.
 package pubsubtest

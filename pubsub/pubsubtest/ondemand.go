@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,4 +115,76 @@ func (s *suite) publishForKeepsEvents(t *testing.T) {
 	rec := newRecorder()
 	s.subscribe(t, ps, topic, rec.handler("m"), pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest))
 	rec.waitDistinct(t, s, n)
+}
+
+// publishBatchInOrder: PublishBatch (pubsub.BatchPublisher) checks every
+// publication before it sends any (an invalid one publishes nothing),
+// delivers each event once, in the order given within a topic, creates the
+// group of a publication that names one before the event (so retention
+// keeps it), and publishes nothing for an empty batch.
+func (s *suite) publishBatchInOrder(t *testing.T) {
+	ps := s.c.NewWithRetention(t, MinRetention)
+	if ps == nil {
+		t.Fatal("pubsubtest: Config.NewWithRetention returned nil")
+	}
+	t.Cleanup(func() { _ = ps.Close() })
+	bp, ok := ps.(pubsub.BatchPublisher)
+	if !ok {
+		t.Skip("pubsubtest: the backend has no pubsub.BatchPublisher")
+	}
+	a, b := topicFor(t)+"-a", topicFor(t)+"-b"
+	err := bp.PublishBatch(s.ctx(t), []pubsub.Publication{
+		{Topic: a, Group: "g", Event: pubsub.Event{ID: "bad0", Type: "x"}},
+		{Topic: b, Event: pubsub.Event{ID: "bad1"}}, // no type
+	})
+	if !errors.Is(err, pubsub.ErrInvalid) {
+		t.Fatalf("PublishBatch with an invalid publication: %v, want an error wrapping ErrInvalid", err)
+	}
+	if err := bp.PublishBatch(s.ctx(t), nil); err != nil {
+		t.Fatalf("PublishBatch of nothing: %v", err)
+	}
+	// b's group exists before the batches; a's is created by them.
+	recB := newRecorder()
+	s.subscribe(t, ps, b, recB.handler("b"), pubsub.Group("h"), pubsub.StartFrom(pubsub.Earliest), pubsub.Concurrency(1))
+	const n = 30
+	for i := range n {
+		err := bp.PublishBatch(s.ctx(t), []pubsub.Publication{
+			{Topic: a, Group: "g", Event: pubsub.Event{ID: fmt.Sprint("a", 2*i), Type: "x"}},
+			{Topic: b, Event: pubsub.Event{ID: fmt.Sprint("b", i), Type: "x"}},
+			{Topic: a, Group: "g", Event: pubsub.Event{ID: fmt.Sprint("a", 2*i+1), Type: "x"}},
+		})
+		if err != nil {
+			t.Fatalf("PublishBatch %d: %v", i, err)
+		}
+	}
+	// A last batch marks the end of each topic: with one handler per
+	// group, everything before it was delivered first.
+	err = bp.PublishBatch(s.ctx(t), []pubsub.Publication{
+		{Topic: a, Group: "g", Event: pubsub.Event{ID: "end", Type: "end"}},
+		{Topic: b, Event: pubsub.Event{ID: "end", Type: "end"}},
+	})
+	if err != nil {
+		t.Fatalf("PublishBatch of the end marks: %v", err)
+	}
+	recA := newRecorder()
+	s.subscribe(t, ps, a, recA.handler("a"), pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.Concurrency(1))
+	for _, c := range []struct {
+		rec    *recorder
+		prefix string
+		n      int
+	}{{recA, "a", 2 * n}, {recB, "b", n}} {
+		got := c.rec.waitType(t, s, "end")
+		var ids []string
+		for _, d := range got {
+			ids = append(ids, d.e.ID)
+		}
+		want := make([]string, 0, c.n+1)
+		for i := range c.n {
+			want = append(want, fmt.Sprint(c.prefix, i))
+		}
+		want = append(want, "end")
+		if !slices.Equal(ids, want) {
+			t.Errorf("topic %s: got %v,\nwant %v (each event once, in the order of the batches, none of the invalid batch)", c.prefix, ids, want)
+		}
+	}
 }

@@ -123,6 +123,7 @@ func Run(t *testing.T, c Config) {
 		{"ShutdownStopsAtCtx", none, s.shutdownStopsAtCtx},
 		{"RetentionNeverDropsUnacked", retention, s.retentionKeepsUnacked},
 		{"PublishForKeepsEventsForGroup", retention, s.publishForKeepsEvents},
+		{"PublishBatchInOrder", retention, s.publishBatchInOrder},
 		{"EarliestAfter10000Events", groupsPersistent, s.earliestAfter10k},
 		{"DeleteTopic", groupsPersistent, s.deleteTopic},
 	}

@@ -22,6 +22,27 @@ type pubReq struct {
 	group  string // create this group first, at "$", if missing (PublishFor)
 	trim   bool   // also trim the stream (trim.lua), in the same round trip
 	err    error
+	// then are more XADDs sent right after this one, in the same pipeline
+	// and in order (PublishBatch); each gets its own err.
+	then []*pubReq
+}
+
+// unit returns r and the requests it carries, in pipeline order.
+func (r *pubReq) unit() []*pubReq {
+	if len(r.then) == 0 {
+		return []*pubReq{r}
+	}
+	return append([]*pubReq{r}, r.then...)
+}
+
+// firstErr returns the first error among r and the requests it carries.
+func (r *pubReq) firstErr() error {
+	for _, x := range r.unit() {
+		if x.err != nil {
+			return x.err
+		}
+	}
+	return nil
 }
 
 func (r *pubReq) turn() *turn[*pubReq] { return &r.t }
@@ -33,29 +54,35 @@ func (r *pubReq) turn() *turn[*pubReq] { return &r.t }
 // flight goes out as the next pipeline (up to BatchSize commands), sent by
 // the first queued caller; each caller gets its own command's result.
 func (s *streamBus) publish(ctx context.Context, key, group string, fields []string) error {
+	return s.publishUnit(ctx, &pubReq{key: key, fields: fields, group: group, trim: s.trimDue()})
+}
+
+// publishUnit sends r and the requests it carries (r.then) in one pipeline,
+// coalesced with concurrent publishes as publish describes, and returns the
+// first error among them.
+func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.start()
-	r := &pubReq{key: key, fields: fields, group: group, trim: s.trimDue()}
 	q, bs := &s.pubQ, s.b.opts.BatchSize
 	if q.join(r, pubMaxActive) {
 		s.send(ctx, r)
 		q.finish(bs)
-		return r.err
+		return r.firstErr()
 	}
 	batch, sent, err := q.await(ctx, r, bs, s.sendBatch)
 	switch {
 	case err != nil && !sent:
 		return err
 	case err != nil:
-		return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", key, err)
+		return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", r.key, err)
 	case batch != nil:
 		s.sendBatch(batch)
 		q.answered(batch, r)
 		q.finish(bs)
 	}
-	return r.err
+	return r.firstErr()
 }
 
 // xaddArgs returns the XADD of r. It does not trim: retention is kept by
@@ -70,7 +97,7 @@ func (s *streamBus) xaddArgs(r *pubReq) *redis.XAddArgs {
 // send writes one request alone: its XADD and, when StreamIdleTTL is set, a
 // PEXPIRE of the stream, and when due a trim, in one round trip.
 func (s *streamBus) send(ctx context.Context, r *pubReq) {
-	if s.b.opts.StreamIdleTTL > 0 || r.trim || r.group != "" {
+	if s.b.opts.StreamIdleTTL > 0 || r.trim || r.group != "" || len(r.then) > 0 {
 		s.pipeline(ctx, []*pubReq{r})
 		return
 	}
@@ -90,11 +117,29 @@ func (s *streamBus) sendBatch(batch []*pubReq) {
 	s.pipeline(ctx, batch)
 }
 
+// flatten returns the requests of batch with the ones each carries right
+// after it, in pipeline order.
+func flatten(batch []*pubReq) []*pubReq {
+	n := 0
+	for _, r := range batch {
+		n += 1 + len(r.then)
+	}
+	if n == len(batch) {
+		return batch
+	}
+	all := make([]*pubReq, 0, n)
+	for _, r := range batch {
+		all = append(all, r.unit()...)
+	}
+	return all
+}
+
 // pipeline writes batch in one pipeline: per request (for PublishFor first
 // an XGROUP CREATE ... $ MKSTREAM, whose BUSYGROUP is ignored) an XADD, when
 // StreamIdleTTL is set a PEXPIRE of the stream, and when due a trim.lua of
 // the stream (after its XADD, so the new entry counts).
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
+	batch = flatten(batch)
 	idle := s.b.opts.StreamIdleTTL
 	pipe := s.b.client.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))

@@ -293,8 +293,9 @@ func (b *Backend) encodeFor(topic string, e pubsub.Event) ([]string, error) {
 // XADD preceded by its XGROUP CREATE when Group is set; Redis runs a
 // pipeline's commands in order. Otherwise (streams on different slots of a
 // Cluster, or on different shards of a Ring) it publishes them one after the other, each after
-// the previous one's reply. It does not wait behind other callers'
-// publishes (see Publish): its pipeline is its own.
+// the previous one's reply. Like Publish, it is coalesced with concurrent
+// publishes: the batch goes out in the next pipeline, its commands
+// together and in order.
 func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
 	if err := b.bus.enter(); err != nil {
 		return err
@@ -330,11 +331,14 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 		}
 		return nil
 	}
-	b.bus.pipeline(ctx, reqs)
-	for i, r := range reqs {
-		if r.err != nil {
-			return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(reqs), r.err)
+	reqs[0].then = reqs[1:]
+	if err := b.bus.publishUnit(ctx, reqs[0]); err != nil {
+		for i, r := range reqs {
+			if r.err != nil {
+				return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(reqs), r.err)
+			}
 		}
+		return err
 	}
 	return nil
 }

@@ -130,7 +130,7 @@ func decodeEvent(values map[string]any) (pubsub.Event, error) {
 		return e, err
 	}
 	if ok {
-		if err := json.Unmarshal([]byte(meta), &e.Metadata); err != nil {
+		if e.Metadata, err = decodeMeta(meta); err != nil {
 			return pubsub.Event{}, fmt.Errorf("%w: field %q: %v", errDecode, fieldMeta, err)
 		}
 		if len(e.Metadata) == 0 {
@@ -257,4 +257,67 @@ func compareStreamIDs(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// decodeMeta decodes the metadata field, a JSON object of strings. The
+// object encodeEvent writes (json.Marshal of a map[string]string: no
+// whitespace, strings without escapes in the common case) is parsed
+// directly, without reflection; anything else (an escape, whitespace,
+// another JSON type, invalid UTF-8, bad syntax) goes to json.Unmarshal, so
+// the result is always json.Unmarshal's (FuzzDecodeMeta checks it).
+func decodeMeta(s string) (map[string]string, error) {
+	if m, ok := decodeMetaFast(s); ok {
+		return m, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decodeMetaFast parses s when it is {"k":"v",...} with no whitespace and
+// no backslash or control character in any string; ok is false otherwise.
+func decodeMetaFast(s string) (m map[string]string, ok bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' || !utf8.ValidString(s) {
+		return nil, false
+	}
+	body := s[1 : len(s)-1]
+	m = make(map[string]string, strings.Count(body, `":"`))
+	// str reads a string at the start of rest: its contents and what
+	// follows the closing quote.
+	str := func(rest string) (string, string, bool) {
+		if len(rest) == 0 || rest[0] != '"' {
+			return "", "", false
+		}
+		for i := 1; i < len(rest); i++ {
+			switch c := rest[i]; {
+			case c == '"':
+				return rest[1:i], rest[i+1:], true
+			case c == '\\' || c < 0x20:
+				return "", "", false
+			}
+		}
+		return "", "", false
+	}
+	for rest := body; rest != ""; {
+		k, after, ok := str(rest)
+		if !ok || len(after) == 0 || after[0] != ':' {
+			return nil, false
+		}
+		v, after, ok := str(after[1:])
+		if !ok {
+			return nil, false
+		}
+		m[k] = v
+		switch {
+		case after == "":
+			rest = ""
+		case after[0] == ',' && len(after) > 1:
+			rest = after[1:]
+		default:
+			return nil, false
+		}
+	}
+	return m, true
 }

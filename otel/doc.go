@@ -11,7 +11,10 @@
 //     spans. The wrapper keeps the backend's lease capability and its optional
 //     capabilities (lease.Inspector, lease.BatchRenewer,
 //     signals.CrossProcessReporter), so lease.ProviderOf and signals.New find
-//     them;
+//     them; it always has pubsub.GroupPublisher and pubsub.BatchPublisher,
+//     passed on to the backend's own (without them it publishes plainly,
+//     one event after the other), and a subscription is the backend's own,
+//     so pubsub.Kicker is kept too;
 //   - give a signals runtime [Instrumentation.Observer] (signals.WithObserver)
 //     for its metrics, wrap its agent with [Instrumentation.Agent] for a span
 //     per run whose parent is the trace context carried in the first signal's

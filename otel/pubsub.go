@@ -61,18 +61,8 @@ func (b *bus) PublishFor(ctx context.Context, topic, group string, e pubsub.Even
 }
 
 func (b *bus) publish(ctx context.Context, topic, group string, e pubsub.Event) error {
-	in := b.in
-	if pe, err := pubsub.PrepareEvent(e); err == nil {
-		e = pe // the ID is known for the span (the backend keeps it)
-	}
-	mt := in.topicName(topic)
-	ctx, span := in.tracer.Start(ctx, "publish "+mt, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attrSystem.String("leasebus"), attrDestination.String(topic), attrOperation.String("send"), attrEventType.String(e.Type)))
+	ctx, span, e := b.startPublish(ctx, topic, e)
 	defer span.End()
-	md := make(map[string]string, len(e.Metadata)+2)
-	maps.Copy(md, e.Metadata)
-	in.prop.Inject(ctx, propagation.MapCarrier(md))
-	e.Metadata = md
 	start := time.Now()
 	var err error
 	if group != "" {
@@ -80,17 +70,87 @@ func (b *bus) publish(ctx context.Context, topic, group string, e pubsub.Event) 
 	} else {
 		err = b.inner.Publish(ctx, topic, e)
 	}
-	attrs := []attribute.KeyValue{attrTopic.String(mt)}
+	b.endPublish(ctx, span, topic, e, start, err)
+	return err
+}
+
+// PublishBatch publishes ps through the wrapped PubSub's PublishBatch
+// (pubsub.BatchPublisher), so that they still go out in one step and in
+// order, with a producer span "publish <topic>" and the metrics of Publish
+// per publication (all share the batch's duration). On a PubSub without it,
+// it checks every publication, then publishes them one after the other
+// with PublishFor (when Group is set) or Publish.
+func (b *bus) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
+	bp, ok := b.inner.(pubsub.BatchPublisher)
+	if !ok {
+		for i, p := range ps {
+			if err := pubsub.ValidateTopic(p.Topic); err != nil {
+				return fmt.Errorf("publication %d: %w", i, err)
+			}
+			if _, err := pubsub.PrepareEvent(p.Event); err != nil {
+				return fmt.Errorf("publication %d: %w (topic %q)", i, err, p.Topic)
+			}
+		}
+		for i, p := range ps {
+			var err error
+			if p.Group != "" {
+				err = b.PublishFor(ctx, p.Topic, p.Group, p.Event)
+			} else {
+				err = b.Publish(ctx, p.Topic, p.Event)
+			}
+			if err != nil {
+				return fmt.Errorf("publication %d of %d: %w", i, len(ps), err)
+			}
+		}
+		return nil
+	}
+	out := make([]pubsub.Publication, len(ps))
+	ctxs := make([]context.Context, len(ps))
+	spans := make([]trace.Span, len(ps))
+	for i, p := range ps {
+		ctxs[i], spans[i], p.Event = b.startPublish(ctx, p.Topic, p.Event)
+		out[i] = p
+	}
+	start := time.Now()
+	err := bp.PublishBatch(ctx, out)
+	for i, p := range out {
+		b.endPublish(ctxs[i], spans[i], p.Topic, p.Event, start, err)
+		spans[i].End()
+	}
+	return err
+}
+
+// startPublish starts the producer span of publishing e to topic and
+// returns its ctx and e with the trace context in a copy of its metadata.
+func (b *bus) startPublish(ctx context.Context, topic string, e pubsub.Event) (context.Context, trace.Span, pubsub.Event) {
+	in := b.in
+	if pe, err := pubsub.PrepareEvent(e); err == nil {
+		e = pe // the ID is known for the span (the backend keeps it)
+	}
+	mt := in.topicName(topic)
+	ctx, span := in.tracer.Start(ctx, "publish "+mt, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrSystem.String("leasebus"), attrDestination.String(topic), attrOperation.String("send"), attrEventType.String(e.Type)))
+	md := make(map[string]string, len(e.Metadata)+2)
+	maps.Copy(md, e.Metadata)
+	in.prop.Inject(ctx, propagation.MapCarrier(md))
+	e.Metadata = md
+	return ctx, span, e
+}
+
+// endPublish records the outcome err of publishing e (sent at start) on
+// span and in the metrics.
+func (b *bus) endPublish(ctx context.Context, span trace.Span, topic string, e pubsub.Event, start time.Time, err error) {
+	in := b.in
+	attrs := []attribute.KeyValue{attrTopic.String(in.topicName(topic))}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		in.m.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(append(attrs, attrErrorType.String(errorType(err)))...))
-		return err
+		return
 	}
 	span.SetAttributes(attrMessageID.String(e.ID))
 	in.m.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrs...))
 	in.m.published.Add(ctx, 1, metric.WithAttributes(attrs...))
-	return nil
 }
 
 // Subscribe subscribes h wrapped by Instrumentation.Handler.

@@ -149,3 +149,70 @@ func TestNackRedeliverDeadLetterMetrics(t *testing.T) {
 		t.Errorf("dead letters delivered = %d, want 1", n)
 	}
 }
+
+// TestPublishBatchThroughWrapper: the wrapper passes pubsub.BatchPublisher
+// on, so a batch still goes out in one step; each publication gets its own
+// producer span (a child of the caller's) and is counted as published, and
+// its delivery's consumer span is the child of its producer span. A
+// publication with Group creates the group: its event waits for a member
+// that subscribes only afterwards.
+func TestPublishBatchThroughWrapper(t *testing.T) {
+	pubB, subB, _ := twoBackends(t)
+	tm := newTelemetry(t)
+	pub, sub := tm.in.Wrap(pubB), tm.in.Wrap(subB)
+	bp, ok := pub.(pubsub.BatchPublisher)
+	if !ok {
+		t.Fatalf("%T does not pass pubsub.BatchPublisher on", pub)
+	}
+	got := make(chan string, 4)
+	s1, err := sub.Subscribe(context.Background(), "notes", func(ctx context.Context, e pubsub.Event) error {
+		got <- e.ID
+		return nil
+	}, pubsub.Group("readers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Unsubscribe(context.Background())
+
+	ctx, root := tm.tp.Tracer("test").Start(context.Background(), "request")
+	err = bp.PublishBatch(ctx, []pubsub.Publication{
+		{Topic: "inbox", Group: "owner", Event: pubsub.Event{ID: "i1", Type: "signal"}},
+		{Topic: "notes", Event: pubsub.Event{ID: "n1", Type: "notice"}},
+	})
+	root.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := sub.Subscribe(context.Background(), "inbox", func(ctx context.Context, e pubsub.Event) error {
+		got <- e.ID
+		return nil
+	}, pubsub.Group("owner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Unsubscribe(context.Background())
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case id := <-got:
+			seen[id] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("delivered %v, want i1 and n1", seen)
+		}
+	}
+	if err := sub.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"inbox", "notes"} {
+		p, c := tm.span(t, "publish "+topic), tm.waitSpan(t, "process "+topic)
+		if p.Parent.SpanID() != root.SpanContext().SpanID() {
+			t.Errorf("publish %s: parent %s, want the caller's span %s", topic, p.Parent.SpanID(), root.SpanContext().SpanID())
+		}
+		if c.Parent.SpanID() != p.SpanContext.SpanID() {
+			t.Errorf("process %s: parent %s, want its publish span %s", topic, c.Parent.SpanID(), p.SpanContext.SpanID())
+		}
+		if n := tm.sum(t, "leasebus.events.published", attribute.String("leasebus.topic", topic)); n != 1 {
+			t.Errorf("published on %s = %d, want 1", topic, n)
+		}
+	}
+}

@@ -59,6 +59,11 @@
 // publish with [GroupPublisher] (PublishFor creates the group in the same
 // step), as the signals runtime does for thread inboxes.
 //
+// Several events that must be stored in a given order, on one topic or
+// more (a signal, then the notice that announces it), go out in one step
+// with [BatchPublisher]: on redisstreams one pipeline, one round trip, when
+// the topics are on one Redis node.
+//
 // Backends may keep more than that (they trim in steps, not on every
 // publish). Fan-out subscriptions are not durable: an in-process backend
 // never trims ahead of one, but a backend shared between processes may, once

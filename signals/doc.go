@@ -50,18 +50,26 @@
 // Every accepted signal goes two places: the thread's durable inbox, topic
 // [InboxTopic] ("signals.thread.<thread>"), and a wake notice on the shared
 // [WorkTopic], which every runtime consumes as one member of [WorkGroup] with
-// an ack deadline of half the lease TTL. Between the two, Send tries the
-// thread's lease ([LeaseKey]); the winner starts a tenure (Woke), a process
-// that already holds it has nothing more to do (Delivered), and otherwise the
-// holder is named (Forwarded). That is three round trips on the fast path:
-// inbox, acquire, notice (two for Delivered). The notice goes out only after
-// the acquire was decided, so no notice handler races its own sender for a
-// free lease: a handler that finds the thread free may take it at once.
+// an ack deadline of half the lease TTL. First Send tries the thread's lease
+// ([LeaseKey]); the winner starts a tenure (Woke), a process that already
+// holds it has nothing more to do (Delivered), and otherwise the holder is
+// named (Forwarded). Then it publishes the inbox entry and the notice, in
+// that order, in one step (pubsub.BatchPublisher; on redisstreams one
+// pipeline), and kicks the local tenure, if any. That is two round trips on
+// the fast path: acquire, then inbox and notice (one for Delivered; on a
+// Redis Cluster, where the inbox and the work topic live on different
+// nodes, the inbox entry and the notice take one round trip each). The
+// notice goes out only after the acquire was decided, so no notice handler
+// races its own sender for a free lease: a handler that finds the thread
+// free may take it at once. A tenure started by the acquire may read its
+// inbox before the entry is there; the kick after the publish makes it read
+// again.
 //
-// The inbox publish uses pubsub.GroupPublisher when the pubsub has it (both
-// leasebus backends do): it creates [InboxGroup] in the same round trip if
-// it is missing, so retention (however small) never trims a signal sent
-// before the thread's first tenure subscribed.
+// The inbox publish creates [InboxGroup] in the same round trip if it is
+// missing (Publication.Group, or pubsub.GroupPublisher on a pubsub without
+// pubsub.BatchPublisher; both leasebus backends have both), so retention
+// (however small) never trims a signal sent before the thread's first
+// tenure subscribed.
 //
 // A tenure is one process holding a thread's lease. Only a tenure reads the
 // inbox: it subscribes as the single member of [InboxGroup], from the earliest
@@ -297,10 +305,12 @@
 // does (on redisstreams: no connection of its own either, but an
 // XREADGROUP each time the Backend's shared reader sees a new entry on the
 // inbox, and the inbox in that reader's XREAD, which grows with the
-// threads active at once). A wrapper that does not pass on
-// pubsub.GroupPublisher makes inbox publishes plain: then keep the
-// retention large (the default 100,000), or an inbox could be trimmed
-// before its first tenure subscribed.
+// threads active at once). A wrapper that passes on neither
+// pubsub.BatchPublisher nor pubsub.GroupPublisher makes inbox publishes
+// plain: then keep the retention large (the default 100,000), or an inbox
+// could be trimmed before its first tenure subscribed. One that does not
+// pass on pubsub.BatchPublisher costs Send a round trip more (the inbox
+// entry and the notice one after the other).
 //
 // Every runtime sees every wake notice (the fan-out watch): with many
 // runtimes on one work topic, each reads the notices of all.

@@ -397,21 +397,26 @@ func (g *groupSub) readLoop() {
 			Count:    int64(n),
 			Block:    -1,
 		}
+		// The commands are built on a pipeline that is never executed
+		// and sent by runReads, with other subscriptions' reads.
+		pipe := g.s.b.client.Pipeline()
 		if g.cfg.ReadOnDemand {
 			// The stream's last entry, read right after: when the read
 			// returned it, nothing the kick covers is left unread, and
 			// no second read is needed to find that out.
-			pipe := g.s.b.client.Pipeline()
 			read = pipe.XReadGroup(g.ctx, args)
 			after = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
-			_, _ = pipe.Exec(g.ctx)
 		} else {
-			pipe := g.s.b.client.Pipeline()
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
 			read = pipe.XReadGroup(g.ctx, args)
-			_, _ = pipe.Exec(g.ctx)
 		}
-		res, err := read.Result()
+		var res []redis.XStream
+		err := g.s.runReads(g.ctx, pipe.Cmds())
+		if err == nil {
+			res, err = read.Result()
+		} else {
+			last, after = nil, nil // unanswered: never read them
+		}
 		now := time.Now()
 		switch {
 		case err == redis.Nil:

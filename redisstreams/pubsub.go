@@ -27,7 +27,8 @@ type streamBus struct {
 	ctx       context.Context // ends when close stops the readers
 	cancel    context.CancelFunc
 
-	pubQ combiner[*pubReq] // publisher.go: coalesces concurrent publishes
+	pubQ  combiner[*pubReq]  // publisher.go: coalesces concurrent publishes
+	readQ combiner[*readReq] // reads.go: coalesces group subscriptions' reads
 
 	// trimCached: trim.lua was last seen cached on the server, so the
 	// publish pipeline sends it as EVALSHA; otherwise as EVAL, which caches
@@ -131,7 +132,8 @@ func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, er
 	s.mu.Unlock()
 	s.bg.Wait()
 
-	s.pubQ.wait() // batches of publishes whose callers gave up waiting
+	s.pubQ.wait()  // batches of publishes whose callers gave up waiting
+	s.readQ.wait() // and of reads
 	select {
 	case <-stopped:
 		errs[len(subs)] = s.acks.close()

@@ -371,9 +371,15 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // with XREVRANGE in the same pipeline), or for BlockTime at most. So a
 // Backend holds one connection blocked in a read on a standalone or Sentinel
 // client however many subscriptions it has (TestGroupSubscriptionsShareOneReader:
-// 500 group subscriptions, one). With pubsub.ReadOnDemand it reads only
-// at the start and when kicked (pubsub.Kicker), without a bell, and looks
-// for stale entries of other consumers only while it is being kicked. It
+// 500 group subscriptions, one). The reads of a Backend's group
+// subscriptions are coalesced like publishes: reads that come while two
+// batches are in flight go out together in the next pipeline, so many
+// subscriptions reading at once cost a few round trips. With
+// pubsub.ReadOnDemand it reads only at the start and when kicked
+// (pubsub.Kicker), without a bell, again while a read comes back full and
+// short of the stream's last entry (an XREVRANGE right after the
+// XREADGROUP, in the same pipeline, tells), and looks for stale entries of
+// other consumers only while it is being kicked. It
 // acks in batches and redelivers a nacked entry to itself after
 // pubsub.RedeliveryDelay (XCLAIM, which counts the attempt); the entry waits
 // out its delay holding no handler (with Concurrency(1), to keep the order,

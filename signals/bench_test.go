@@ -183,9 +183,10 @@ func BenchmarkSendWoke(b *testing.B) {
 // owns the thread: runtime "owner" (its own client and Backend) holds one
 // thread with a run that takes every follow-up with Run.Next, and runtime
 // "sender" sends to that thread, one signal in flight at a time. p50-µs/p99-µs
-// are sender's Send start → owner's agent given the signal by Run.Next. The
-// inbox XADD is Send's first round trip, so the owner often has the signal
-// before Send returned: p50-µs can be below send-p50-µs. redis-rt/op is the
+// are sender's Send start → owner's agent given the signal by Run.Next: the
+// owner learns of it from the wake notice (its fan-out watch), which goes
+// out with the inbox entry in Send's second round trip, and then reads its
+// inbox (one more round trip). redis-rt/op is the
 // round trips of both runtimes' clients per iteration, background work
 // included (the hand-off, the wake notice's handling).
 func BenchmarkSendForwarded(b *testing.B) {

@@ -62,7 +62,7 @@
 // Several events that must be stored in a given order, on one topic or
 // more (a signal, then the notice that announces it), go out in one step
 // with [BatchPublisher]: on redisstreams one pipeline, one round trip, when
-// the topics are on one Redis node.
+// the topics are on one Redis server (on a Cluster: in one hash slot).
 //
 // Backends may keep more than that (they trim in steps, not on every
 // publish). Fan-out subscriptions are not durable: an in-process backend

@@ -25,7 +25,8 @@ type GroupPublisher interface {
 // BatchPublisher is an optional capability of a PubSub: publish several
 // events, to one topic or several, in one step and in order. Find it with a
 // type assertion. A backend that can sends them together (redisstreams: one
-// pipeline, one round trip, when every topic is on one Redis node).
+// pipeline, one round trip, when every topic is on one Redis server or, on
+// a Cluster, in one hash slot).
 //
 // The signals runtime stores a signal in its thread's inbox and publishes
 // its wake notice with one PublishBatch: the notice must never be stored

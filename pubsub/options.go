@@ -206,8 +206,9 @@ func RedeliveryCap(d time.Duration) SubscribeOption {
 
 // ReadOnDemand makes a group subscription read new events only when told
 // to, instead of waiting for them: once as it starts, and again after each
-// [Kicker.Kick] of the Subscription, reading until a read finds nothing
-// new (and, as usual, no further ahead than its Concurrency). Redeliveries
+// [Kicker.Kick] of the Subscription, reading until it has read everything
+// published before the Kick (and, as usual, no further ahead than its
+// Concurrency). Redeliveries
 // (nacks, AckDeadline take-overs, ClaimPending) are unaffected. It is for
 // callers that subscribe to many topics and learn by other means when one
 // has something new, such as the signals runtime, which holds one such

@@ -35,11 +35,16 @@ func (r *pubReq) unit() []*pubReq {
 	return append([]*pubReq{r}, r.then...)
 }
 
-// firstErr returns the first error among r and the requests it carries.
+// firstErr returns the first error among r and the requests it carries
+// (naming its place when r carries more). Only once they were answered.
 func (r *pubReq) firstErr() error {
-	for _, x := range r.unit() {
+	unit := r.unit()
+	for i, x := range unit {
 		if x.err != nil {
-			return x.err
+			if len(unit) == 1 {
+				return x.err
+			}
+			return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(unit), x.err)
 		}
 	}
 	return nil
@@ -59,7 +64,9 @@ func (s *streamBus) publish(ctx context.Context, key, group string, fields []str
 
 // publishUnit sends r and the requests it carries (r.then) in one pipeline,
 // coalesced with concurrent publishes as publish describes, and returns the
-// first error among them.
+// first error among them. When ctx ends first it returns that error and the
+// requests' own errors must not be read: a pipeline may still be writing
+// them.
 func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -137,11 +144,22 @@ func flatten(batch []*pubReq) []*pubReq {
 // pipeline writes batch in one pipeline: per request (for PublishFor first
 // an XGROUP CREATE ... $ MKSTREAM, whose BUSYGROUP is ignored) an XADD, when
 // StreamIdleTTL is set a PEXPIRE of the stream, and when due a trim.lua of
-// the stream (after its XADD, so the new entry counts).
+// the stream (after its XADD, so the new entry counts). A batch that creates
+// a group is one MULTI/EXEC transaction (per hash slot on a Cluster), so
+// that no other client's command runs between a group's creation and its
+// XADD: a delete_drained.lua in between would otherwise leave the entry in
+// a new stream without the group, where a later PublishFor's group, created
+// at "$", would start after it and never deliver it.
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	batch = flatten(batch)
 	idle := s.b.opts.StreamIdleTTL
-	pipe := s.b.client.Pipeline()
+	var pipe redis.Pipeliner = s.b.client.Pipeline()
+	for _, r := range batch {
+		if r.group != "" {
+			pipe = s.b.client.TxPipeline()
+			break
+		}
+	}
 	cmds := make([]*redis.StringCmd, len(batch))
 	trims := make(map[string]*redis.Cmd)
 	groups := make(map[int]*redis.StatusCmd)

@@ -248,7 +248,9 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 // creates group at the stream's end ("$", with MKSTREAM) if it does not
 // exist, so that trimming keeps e until the group acks it
 // (pubsub.GroupPublisher). The XGROUP CREATE goes first in the pipeline
-// that carries the XADD; an existing group keeps its position.
+// that carries the XADD, and the pipeline is a MULTI/EXEC transaction, so
+// nothing (a drained stream's deletion, say) runs between the two; an
+// existing group keeps its position.
 func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.Event) error {
 	if group == "" {
 		return fmt.Errorf("%w: group name is empty (PublishFor on topic %q)", pubsub.ErrInvalid, topic)
@@ -290,14 +292,14 @@ func (b *Backend) encodeFor(topic string, e pubsub.Event) ([]string, error) {
 }
 
 // PublishBatch publishes ps in order (pubsub.BatchPublisher). When every
-// stream is served by one node (a standalone or Sentinel client, or one
-// Cluster hash slot) it sends them in one pipeline, one round trip, each
-// XADD preceded by its XGROUP CREATE when Group is set; Redis runs a
-// pipeline's commands in order. Otherwise (streams on different slots of a
-// Cluster, or on different shards of a Ring) it publishes them one after the other, each after
-// the previous one's reply. Like Publish, it is coalesced with concurrent
-// publishes: the batch goes out in the next pipeline, its commands
-// together and in order.
+// stream is in one place (a standalone or Sentinel client, or one Cluster
+// hash slot) it sends them in one pipeline, one round trip, each XADD
+// preceded by its XGROUP CREATE when Group is set (then in a MULTI/EXEC,
+// see PublishFor); Redis runs a pipeline's commands in order. Otherwise
+// (streams in different slots of a Cluster, or on different shards of a
+// Ring) it publishes them one after the other, each after the previous
+// one's reply. Like Publish, it is coalesced with concurrent publishes: the
+// batch goes out in the next pipeline, its commands together and in order.
 func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
 	if err := b.bus.enter(); err != nil {
 		return err
@@ -334,15 +336,7 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 		return nil
 	}
 	reqs[0].then = reqs[1:]
-	if err := b.bus.publishUnit(ctx, reqs[0]); err != nil {
-		for i, r := range reqs {
-			if r.err != nil {
-				return fmt.Errorf("redisstreams: publication %d of %d: %w", i, len(reqs), r.err)
-			}
-		}
-		return err
-	}
-	return nil
+	return b.bus.publishUnit(ctx, reqs[0])
 }
 
 // Subscribe starts delivering the events of topic to h and returns once the

@@ -57,13 +57,13 @@
 // that order, in one step (pubsub.BatchPublisher; on redisstreams one
 // pipeline), and kicks the local tenure, if any. That is two round trips on
 // the fast path: acquire, then inbox and notice (one for Delivered; on a
-// Redis Cluster, where the inbox and the work topic live on different
-// nodes, the inbox entry and the notice take one round trip each). The
+// Redis Cluster, where the inbox and the work topic are in different hash
+// slots, the inbox entry and the notice take one round trip each). The
 // notice goes out only after the acquire was decided, so no notice handler
 // races its own sender for a free lease: a handler that finds the thread
 // free may take it at once. A tenure started by the acquire may read its
-// inbox before the entry is there; the kick after the publish makes it read
-// again.
+// inbox before the entry is there; it does not end before the Send's
+// publish returned, and the kick after the publish makes it read again.
 //
 // The inbox publish creates [InboxGroup] in the same round trip if it is
 // missing (Publication.Group, or pubsub.GroupPublisher on a pubsub without

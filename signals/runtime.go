@@ -221,10 +221,12 @@ func runOf(owner string) string {
 // returned nil the signal is run even if this process exits at once, as
 // long as some runtime stays alive. The fast path is two round trips (the
 // acquire, then the inbox entry and the notice in one pipeline); one when
-// this process holds the thread. (On a Redis Cluster, whose inbox and work
-// topic are on different nodes, the inbox entry and the notice take one
-// round trip each; so they do through a wrapper that hides
-// pubsub.BatchPublisher.)
+// this process holds the thread. (On a Redis Cluster, where the inbox and
+// the work topic are in different hash slots, the inbox entry and the
+// notice take one round trip each; so they do through a wrapper that hides
+// pubsub.BatchPublisher.) A tenure this Send's acquire started does not end
+// before the publish returned: Send then kicks it, also when the publish
+// failed after storing the signal.
 //
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
 // Any other error means the signal may or may not run: retry with the same
@@ -272,11 +274,17 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if acc.Action != 0 {
 		notice.Metadata[metaAction] = acc.Action.String()
 	}
-	if err := rt.publishSignal(ctx, thread, ev, notice); err != nil {
-		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, err)
-	}
+	perr := rt.publishSignal(ctx, thread, ev, notice)
 	if s != nil {
-		s.kick() // read the inbox: the signal is there
+		// Read the inbox: the signal is there, also when only the notice
+		// failed (then no notice would tell anyone).
+		s.kick()
+		if created {
+			s.sending.Add(-1)
+		}
+	}
+	if perr != nil {
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, perr)
 	}
 	if acc.Action == 0 {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, werr)
@@ -387,6 +395,9 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 		return nil, false, s.holder, s.err
 	}
 	s.held, s.runID, s.acquired = held, runID, true
+	if !recovery {
+		s.sending.Add(1) // a Send's acquire: it publishes the signal next (Send)
+	}
 	close(s.ready)
 	kind := TenureStarted
 	if recovery {
@@ -444,8 +455,9 @@ const noticePollFirst = 2 * time.Millisecond
 // after its own acquire was decided, so a free lease here means nobody is
 // about to take the thread for this signal. The one exception is the notice
 // of a Woke send (first delivery): that sender's own tenure took the lease
-// after the signal was stored, so it reads the signal unless it loses the
-// lease, and the handler leaves the lease alone for one recovery interval,
+// just before the signal was stored, does not end before the Send's publish
+// returned, and is kicked then, so it reads the signal unless it loses the
+// lease; the handler leaves the lease alone for one recovery interval,
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	err := rt.handleNotice(ctx, ev)

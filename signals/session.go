@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
@@ -43,6 +44,11 @@ type session struct {
 	// records a kick that came before, passed on as it is set.
 	inbox  pubsub.Subscription
 	kicked bool
+
+	// sending counts Sends whose acquire started this tenure and whose
+	// publish of the signal has not returned yet: the tenure does not end
+	// for want of deliveries while one is out (its signal is coming).
+	sending atomic.Int32
 }
 
 // delivery is one inbox event waiting in its handler for the session's
@@ -382,6 +388,12 @@ func (s *session) loop() {
 			lost = true
 			return
 		case <-timer.C:
+			if s.sending.Load() > 0 {
+				// The Send that started this tenure is still storing
+				// its signal: wait for it (Send kicks once it is done).
+				timer.Reset(rt.cfg.linger)
+				continue
+			}
 			if h := rt.cfg.hooks.lingerEnd; h != nil {
 				h(s.thread)
 			}

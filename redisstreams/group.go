@@ -303,7 +303,8 @@ func (g *groupSub) cleanup() error {
 }
 
 // queueRead queues the entries of a read (their first delivery) for the
-// handlers and returns how many there were.
+// handlers and returns how many there were. Once the subscription stops
+// they stay in inflight only, unstarted: cleanup hands them back.
 func (g *groupSub) queueRead(res []redis.XStream, now time.Time) int {
 	got := 0
 	for _, xs := range res {
@@ -312,7 +313,10 @@ func (g *groupSub) queueRead(res []redis.XStream, now time.Time) int {
 			g.mu.Lock()
 			g.inflight[m.id] = m
 			g.mu.Unlock()
-			g.ch <- m
+			select {
+			case g.ch <- m:
+			case <-g.ctx.Done():
+			}
 			got++
 		}
 	}
@@ -410,13 +414,8 @@ func (g *groupSub) readLoop() {
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
 			read = pipe.XReadGroup(g.ctx, args)
 		}
-		var res []redis.XStream
-		err := g.s.runReads(g.ctx, pipe.Cmds())
-		if err == nil {
-			res, err = read.Result()
-		} else {
-			last, after = nil, nil // unanswered: never read them
-		}
+		g.s.runReads(g.ctx, pipe.Cmds())
+		res, err := read.Result()
 		now := time.Now()
 		switch {
 		case err == redis.Nil:

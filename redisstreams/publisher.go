@@ -2,10 +2,17 @@ package redisstreams
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/publish_for.lua
+	publishForLua    string
+	publishForScript = redis.NewScript(publishForLua)
 )
 
 // pubMaxActive is how many publish batches may be in flight at once. One
@@ -141,33 +148,33 @@ func flatten(batch []*pubReq) []*pubReq {
 	return all
 }
 
-// pipeline writes batch in one pipeline: per request (for PublishFor first
-// an XGROUP CREATE ... $ MKSTREAM, whose BUSYGROUP is ignored) an XADD, when
+// pipeline writes batch in one pipeline: per request an XADD (for
+// PublishFor, publish_for.lua, which creates the group at "$" first when it
+// is missing, atomically: no delete_drained.lua can run in between and
+// leave the entry in a new stream without the group, where a later
+// PublishFor's group would start after it and never deliver it), when
 // StreamIdleTTL is set a PEXPIRE of the stream, and when due a trim.lua of
-// the stream (after its XADD, so the new entry counts). A batch that creates
-// a group is one MULTI/EXEC transaction (per hash slot on a Cluster), so
-// that no other client's command runs between a group's creation and its
-// XADD: a delete_drained.lua in between would otherwise leave the entry in
-// a new stream without the group, where a later PublishFor's group, created
-// at "$", would start after it and never deliver it.
+// the stream (after its XADD, so the new entry counts). publish_for.lua
+// goes as EVAL, never EVALSHA: a NOSCRIPT retry would put its entry after
+// the ones behind it in the pipeline, and a batch's order is a promise
+// (PublishBatch).
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	batch = flatten(batch)
 	idle := s.b.opts.StreamIdleTTL
-	var pipe redis.Pipeliner = s.b.client.Pipeline()
-	for _, r := range batch {
-		if r.group != "" {
-			pipe = s.b.client.TxPipeline()
-			break
-		}
-	}
-	cmds := make([]*redis.StringCmd, len(batch))
+	pipe := s.b.client.Pipeline()
+	cmds := make([]interface{ Result() (string, error) }, len(batch))
 	trims := make(map[string]*redis.Cmd)
-	groups := make(map[int]*redis.StatusCmd)
 	for i, r := range batch {
 		if r.group != "" {
-			groups[i] = pipe.XGroupCreateMkStream(ctx, r.key, r.group, "$")
+			args := make([]any, 0, 1+len(r.fields))
+			args = append(args, r.group)
+			for _, f := range r.fields {
+				args = append(args, f)
+			}
+			cmds[i] = textCmd{publishForScript.Eval(ctx, pipe, []string{r.key}, args...)}
+		} else {
+			cmds[i] = pipe.XAdd(ctx, s.xaddArgs(r))
 		}
-		cmds[i] = pipe.XAdd(ctx, s.xaddArgs(r))
 		if idle > 0 {
 			pipe.PExpire(ctx, r.key, max(idle, time.Millisecond))
 		}
@@ -181,12 +188,6 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, r := range batch {
-		if g := groups[i]; g != nil {
-			if err := g.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-				r.err = fmt.Errorf("redisstreams: xgroup create %q %q: %w", r.key, r.group, err)
-				continue
-			}
-		}
 		id, err := cmds[i].Result()
 		s.answer(r, id, err)
 	}
@@ -194,6 +195,11 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 		s.checkTrim(ctx, key, cmd)
 	}
 }
+
+// textCmd reads a script's reply as a string, like an XADD's.
+type textCmd struct{ *redis.Cmd }
+
+func (c textCmd) Result() (string, error) { return c.Cmd.Text() }
 
 // answer records the outcome of r's XADD.
 func (s *streamBus) answer(r *pubReq, id string, err error) {

@@ -247,8 +247,7 @@ func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) err
 // PublishFor publishes e to topic like Publish and, in the same round trip,
 // creates group at the stream's end ("$", with MKSTREAM) if it does not
 // exist, so that trimming keeps e until the group acks it
-// (pubsub.GroupPublisher). The XGROUP CREATE goes first in the pipeline
-// that carries the XADD, and the pipeline is a MULTI/EXEC transaction, so
+// (pubsub.GroupPublisher). Both are one script (lua/publish_for.lua), so
 // nothing (a drained stream's deletion, say) runs between the two; an
 // existing group keeps its position.
 func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.Event) error {
@@ -293,9 +292,9 @@ func (b *Backend) encodeFor(topic string, e pubsub.Event) ([]string, error) {
 
 // PublishBatch publishes ps in order (pubsub.BatchPublisher). When every
 // stream is in one place (a standalone or Sentinel client, or one Cluster
-// hash slot) it sends them in one pipeline, one round trip, each XADD
-// preceded by its XGROUP CREATE when Group is set (then in a MULTI/EXEC,
-// see PublishFor); Redis runs a pipeline's commands in order. Otherwise
+// hash slot) it sends them in one pipeline, one round trip, each as an XADD
+// or, when Group is set, as PublishFor's script; Redis runs a pipeline's
+// commands in order. Otherwise
 // (streams in different slots of a Cluster, or on different shards of a
 // Ring) it publishes them one after the other, each after the previous
 // one's reply. Like Publish, it is coalesced with concurrent publishes: the

@@ -28,31 +28,33 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // XREVRANGE beside it) and returns once they are answered, each with its
 // reply or error. Concurrent calls are coalesced as publishes are (see
 // combiner): when fewer than readMaxActive batches are in flight the
-// caller sends its commands at once, on ctx; otherwise they go out with
-// everything queued meanwhile in the next pipeline, on a context of its own
-// (go-redis timeouts bound it). So many subscriptions reading at once cost
-// a few round trips, not one each. A non-nil error (ctx ended first) means
-// the commands may or may not have run and their replies must not be read:
-// a read that ran then delivered its entries to this consumer, pending,
-// which the group's ack deadline or a ClaimPending successor takes back.
-func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
+// caller sends its commands at once; otherwise they go out with everything
+// queued meanwhile in the next pipeline. So many subscriptions reading at
+// once cost a few round trips, not one each.
+//
+// It always waits for the answer, also when ctx (the subscription's) ends
+// meanwhile, and sends without ctx's cancellation (go-redis timeouts bound
+// it): a read that ran delivered its entries to this consumer, and the
+// caller must see them to hand them back as it stops (cleanup). Leaving
+// early would let cleanup delete the consumer, and with it those pending
+// entries, which then nobody would ever get.
+func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) {
+	ctx = context.WithoutCancel(ctx)
 	r := &readReq{cmds: cmds}
 	q := &s.readQ
 	if q.join(r, readMaxActive) {
 		s.sendReads(ctx, []*readReq{r})
 		q.finish(readMaxBatch)
-		return nil
+		return
 	}
-	batch, _, err := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
-	if err != nil {
-		return err
-	}
+	// ctx cannot end: await returns once r is answered or r's caller is
+	// to lead the next batch.
+	batch, _, _ := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
 	if batch != nil {
 		s.sendReadBatch(batch)
 		q.answered(batch, r)
 		q.finish(readMaxBatch)
 	}
-	return nil
 }
 
 // sendReadBatch sends a batch that queued behind a leader, on a context of

@@ -254,6 +254,11 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	// takes it never races this sender for it. A tenure this acquire
 	// started reads the inbox when kicked below, after the publish.
 	s, created, holder, werr := rt.wake(ctx, thread, false)
+	if created {
+		// Runs after the kick below, and also if the publish panics:
+		// the tenure may end for want of deliveries from then on.
+		defer s.sending.Add(-1)
+	}
 	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
 	var acc Accepted
 	switch {
@@ -279,9 +284,6 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// Read the inbox: the signal is there, also when only the notice
 		// failed (then no notice would tell anyone).
 		s.kick()
-		if created {
-			s.sending.Add(-1)
-		}
 	}
 	if perr != nil {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, perr)

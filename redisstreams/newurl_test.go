@@ -1,0 +1,75 @@
+package redisstreams
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// TestNewURLPublishForWithTrimAndFlush: the README's client (NewURL, RESP3,
+// context timeouts) on the local redis-server: PublishFor and PublishBatch
+// with trim.lua on every publish (Retention 4) and PEXPIRE, coalesced with
+// plain publishes, through a SCRIPT FLUSH, and a group subscription reading
+// on demand gets every inbox entry.
+func TestNewURLPublishForWithTrimAndFlush(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Retention: 4, StreamIdleTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Drop the script cache midway to hit NOSCRIPT inside EXEC.
+	var got atomic.Int64
+	sub, err := b.Subscribe(ctx, "inbox", func(ctx context.Context, e pubsub.Event) error { got.Add(1); return nil },
+		pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe(ctx)
+	var wg sync.WaitGroup
+	var fails atomic.Int64
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < 100; j++ {
+				if i == 0 && j == 50 {
+					b.Client().ScriptFlush(ctx)
+				}
+				var err error
+				switch i % 3 {
+				case 0:
+					err = b.PublishFor(ctx, "inbox", "g", pubsub.Event{Type: "t"})
+				case 1:
+					err = b.PublishBatch(ctx, []pubsub.Publication{
+						{Topic: "inbox", Group: "g", Event: pubsub.Event{Type: "t"}},
+						{Topic: "work", Event: pubsub.Event{Type: "n"}},
+					})
+				default:
+					err = b.Publish(ctx, "other", pubsub.Event{Type: "t"})
+				}
+				if err != nil {
+					fails.Add(1)
+					t.Log(err)
+				}
+				sub.(pubsub.Kicker).Kick()
+			}
+		}(i)
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for got.Load() < 400 && time.Now().Before(deadline) {
+		sub.(pubsub.Kicker).Kick()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fails.Load() != 0 || got.Load() != 400 {
+		t.Errorf("fails %d, inbox deliveries %d of 400", fails.Load(), got.Load())
+	}
+}

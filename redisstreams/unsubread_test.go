@@ -1,0 +1,171 @@
+package redisstreams
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// slowHook delays, once armed, pipelines that carry an XREADGROUP and the
+// XGROUP DELCONSUMER command, to make an interleaving that can happen on
+// its own under load deterministic.
+type slowHook struct {
+	armed atomic.Bool
+	read  time.Duration
+	del   time.Duration
+	mu    sync.Mutex
+	log   []string
+}
+
+func (h *slowHook) note(s string) {
+	h.mu.Lock()
+	h.log = append(h.log, time.Now().Format("15:04:05.000")+" "+s)
+	h.mu.Unlock()
+}
+
+func (h *slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() {
+			n := strings.ToLower(cmd.Name())
+			args := cmd.Args()
+			if n == "xgroup" && len(args) > 1 && strings.EqualFold(args[1].(string), "delconsumer") {
+				time.Sleep(h.del)
+				h.note("XGROUP DELCONSUMER sent")
+			} else if n == "xpending" {
+				h.note("XPENDING sent")
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			for _, c := range cmds {
+				if strings.EqualFold(c.Name(), "xreadgroup") {
+					time.Sleep(h.read)
+					h.note("pipeline with XREADGROUP sent")
+					break
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestUnsubscribeDuringCoalescedRead: a subscription whose read rides
+// another subscription's batch (runReads) and is unsubscribed meanwhile
+// still waits for that read's answer and hands back the entries it
+// delivered: a successor that claims what is pending handles all of them.
+// Hooks delay the batch and cleanup's XGROUP DELCONSUMER to force the
+// interleaving in which a read that nobody waited for ran between
+// cleanup's XPENDING (nothing pending) and the DELCONSUMER, which then
+// dropped the delivered entries with the consumer: nobody ever ran them,
+// and DeleteTopicIfDrained deleted the stream as drained.
+func TestUnsubscribeDuringCoalescedRead(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	c := srv.Client(t)
+	h := &slowHook{read: 300 * time.Millisecond, del: 800 * time.Millisecond}
+	c.AddHook(h)
+	b := psBackend(t, c, Options{})
+	ctx := context.Background()
+
+	var got atomic.Int64
+	hA := func(ctx context.Context, e pubsub.Event) error { got.Add(1); return nil }
+	hC := func(ctx context.Context, e pubsub.Event) error { return nil }
+	subA, err := b.Subscribe(ctx, "ta", hA, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subC, err := b.Subscribe(ctx, "tc", hC, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subC.Unsubscribe(ctx)
+	q := &b.bus.readQ
+	idle := func() bool { q.mu.Lock(); defer q.mu.Unlock(); return q.active == 0 && len(q.queue) == 0 }
+	queued := func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			q.mu.Lock()
+			l := len(q.queue)
+			q.mu.Unlock()
+			if l == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("queue length %d, want %d", l, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // initial reads
+	if !idle() {
+		t.Fatal("reads still in flight")
+	}
+	for i := 0; i < 3; i++ {
+		if err := b.Publish(ctx, "ta", pubsub.Event{Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two batches of reads in flight (stands for two other subscriptions'
+	// reads on a busy Backend): the next reads queue.
+	q.mu.Lock()
+	q.active = readMaxActive
+	q.mu.Unlock()
+	subC.(pubsub.Kicker).Kick()
+	queued(1)
+	subA.(pubsub.Kicker).Kick()
+	queued(2)
+	h.armed.Store(true)
+	// One of the in-flight batches is done: its leader hands the queue
+	// [C's read, A's read] to C, which sends it with context.Background.
+	q.finish(readMaxBatch)
+	// A's tenure ends now (signals: its linger ran out).
+	if err := subA.Unsubscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	h.mu.Lock()
+	for _, l := range h.log {
+		t.Log(l)
+	}
+	h.mu.Unlock()
+
+	key := b.keys.Stream("ta")
+	sum, err := c.XPending(ctx, key, "g").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := c.XInfoGroups(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := c.XRevRangeN(ctx, key, "+", "-", 1).Result()
+	t.Logf("handler ran %d, group pending %d, last-delivered %s, stream last %s", got.Load(), sum.Count, groups[0].LastDeliveredID, last[0].ID)
+	// A successor that takes over everything pending (signals' next tenure).
+	var got2 atomic.Int64
+	sub2, err := b.Subscribe(ctx, "ta", func(ctx context.Context, e pubsub.Event) error { got2.Add(1); return nil },
+		pubsub.Group("g"), pubsub.ClaimPending(), pubsub.ReadOnDemand())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_ = sub2.Unsubscribe(ctx)
+	gone, err := b.DeleteTopicIfDrained(ctx, "ta", "g")
+	t.Logf("successor ran %d; DeleteTopicIfDrained = %v, %v", got2.Load(), gone, err)
+	if got.Load()+got2.Load() < 3 {
+		t.Errorf("%d of 3 published entries were never handled by anyone (pending: %d, stream deleted as drained: %v)",
+			3-got.Load()-got2.Load(), sum.Count, gone)
+	}
+}

@@ -288,17 +288,11 @@ func (g *groupSub) cleanup() error {
 	if err := g.s.acks.flush(ctx); err != nil {
 		return err
 	}
-	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Start: "-", End: "+", Count: 1, Consumer: g.consumer,
-	}).Result()
-	switch {
-	case isNoGroup(err):
-		return nil
-	case err != nil:
-		return nil // the consumer stays; harmless
-	case len(pend) == 0:
-		_ = g.s.b.client.XGroupDelConsumer(ctx, g.key, g.group, g.consumer).Err()
-	}
+	// The consumer goes only if it holds nothing, checked and deleted in
+	// one step: a read this subscription stopped waiting for (runReads) may
+	// still run, and its entries must keep the consumer. Otherwise (or on
+	// an error) the consumer stays; harmless.
+	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, g.consumer).Err()
 	return nil
 }
 
@@ -414,8 +408,13 @@ func (g *groupSub) readLoop() {
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
 			read = pipe.XReadGroup(g.ctx, args)
 		}
-		g.s.runReads(g.ctx, pipe.Cmds())
-		res, err := read.Result()
+		var res []redis.XStream
+		err := g.s.runReads(g.ctx, pipe.Cmds())
+		if err == nil {
+			res, err = read.Result()
+		} else {
+			last, after = nil, nil // unanswered: never read them
+		}
 		now := time.Now()
 		switch {
 		case err == redis.Nil:

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"encoding/json"
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -56,4 +57,14 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("%q: decodeMeta %v, json.Unmarshal %v", s, got, want)
 		}
 	})
+}
+
+// TestLuaCodeKeepsTheScript: the code sent with every PublishFor is the
+// script without its comments, and it is shorter.
+func TestLuaCodeKeepsTheScript(t *testing.T) {
+	code := luaCode(publishForLua)
+	if len(code) >= len(publishForLua) || strings.Contains(code, "--") ||
+		!strings.Contains(code, "redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))") {
+		t.Errorf("luaCode(publish_for.lua) = %q", code)
+	}
 }

@@ -25,7 +25,7 @@ func TestNewURLPublishForWithTrimAndFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	// Drop the script cache midway to hit NOSCRIPT inside EXEC.
+	// Drop the script cache midway: trim.lua then answers NOSCRIPT once.
 	var got atomic.Int64
 	sub, err := b.Subscribe(ctx, "inbox", func(ctx context.Context, e pubsub.Event) error { got.Add(1); return nil },
 		pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand())

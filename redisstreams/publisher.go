@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,8 +12,9 @@ import (
 
 var (
 	//go:embed lua/publish_for.lua
-	publishForLua    string
-	publishForScript = redis.NewScript(publishForLua)
+	publishForLua string
+	// Sent in full with every PublishFor (EVAL): without its comments.
+	publishForScript = redis.NewScript(luaCode(publishForLua))
 )
 
 // pubMaxActive is how many publish batches may be in flight at once. One
@@ -194,6 +196,18 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	for key, cmd := range trims {
 		s.checkTrim(ctx, key, cmd)
 	}
+}
+
+// luaCode returns src without its comment lines and blank lines.
+func luaCode(src string) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // textCmd reads a script's reply as a string, like an XADD's.

@@ -2,8 +2,15 @@ package redisstreams
 
 import (
 	"context"
+	_ "embed"
 
 	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/delete_consumer.lua
+	deleteConsumerLua    string
+	deleteConsumerScript = redis.NewScript(deleteConsumerLua)
 )
 
 const (
@@ -28,33 +35,37 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // XREVRANGE beside it) and returns once they are answered, each with its
 // reply or error. Concurrent calls are coalesced as publishes are (see
 // combiner): when fewer than readMaxActive batches are in flight the
-// caller sends its commands at once; otherwise they go out with everything
-// queued meanwhile in the next pipeline. So many subscriptions reading at
+// caller sends its commands at once, on ctx; otherwise they go out with
+// everything queued meanwhile in the next pipeline, on a context of its own
+// (go-redis timeouts and retries bound it). So many subscriptions reading at
 // once cost a few round trips, not one each.
 //
-// It always waits for the answer, also when ctx (the subscription's) ends
-// meanwhile, and sends without ctx's cancellation (go-redis timeouts bound
-// it): a read that ran delivered its entries to this consumer, and the
-// caller must see them to hand them back as it stops (cleanup). Leaving
-// early would let cleanup delete the consumer, and with it those pending
-// entries, which then nobody would ever get.
-func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) {
-	ctx = context.WithoutCancel(ctx)
+// A non-nil error (ctx, the subscription's, ended first) means the commands
+// may or may not have run, and their replies must not be read. A read that
+// ran then delivered entries to this consumer that the subscription never
+// saw (as a read whose reply was lost does): they stay pending on the
+// consumer, which cleanup keeps (delete_consumer.lua checks and deletes in
+// one step), until the group's ack deadline or a ClaimPending successor
+// takes them. So a stopping subscription never waits for a read that a
+// dead or black-holed server does not answer.
+func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
 	r := &readReq{cmds: cmds}
 	q := &s.readQ
 	if q.join(r, readMaxActive) {
 		s.sendReads(ctx, []*readReq{r})
 		q.finish(readMaxBatch)
-		return
+		return nil
 	}
-	// ctx cannot end: await returns once r is answered or r's caller is
-	// to lead the next batch.
-	batch, _, _ := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
+	batch, _, err := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
+	if err != nil {
+		return err
+	}
 	if batch != nil {
 		s.sendReadBatch(batch)
 		q.answered(batch, r)
 		q.finish(readMaxBatch)
 	}
+	return nil
 }
 
 // sendReadBatch sends a batch that queued behind a leader, on a context of

@@ -64,13 +64,14 @@ func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // TestUnsubscribeDuringCoalescedRead: a subscription whose read rides
 // another subscription's batch (runReads) and is unsubscribed meanwhile
-// still waits for that read's answer and hands back the entries it
-// delivered: a successor that claims what is pending handles all of them.
-// Hooks delay the batch and cleanup's XGROUP DELCONSUMER to force the
-// interleaving in which a read that nobody waited for ran between
-// cleanup's XPENDING (nothing pending) and the DELCONSUMER, which then
-// dropped the delivered entries with the consumer: nobody ever ran them,
-// and DeleteTopicIfDrained deleted the stream as drained.
+// does not wait for that read; the read runs after the subscription's
+// cleanup. Its entries must stay pending (on the consumer the read
+// recreates), never dropped: the stream is not drained, and a successor
+// that claims what is pending handles all of them. A hook delays the batch
+// to force the interleaving. (A cleanup that checked XPENDING and then
+// deleted the consumer in two steps let such a read run in between: the
+// deletion dropped the delivered entries with the consumer, nobody ever
+// ran them, and DeleteTopicIfDrained deleted the stream as drained.)
 func TestUnsubscribeDuringCoalescedRead(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
@@ -129,43 +130,45 @@ func TestUnsubscribeDuringCoalescedRead(t *testing.T) {
 	queued(2)
 	h.armed.Store(true)
 	// One of the in-flight batches is done: its leader hands the queue
-	// [C's read, A's read] to C, which sends it with context.Background.
+	// [C's read, A's read] to C, which sends it (delayed by the hook).
 	q.finish(readMaxBatch)
-	// A's tenure ends now (signals: its linger ran out).
+	// A's tenure ends now (signals: its linger ran out): it does not wait
+	// for its read.
 	if err := subA.Unsubscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	h.mu.Lock()
-	for _, l := range h.log {
-		t.Log(l)
-	}
-	h.mu.Unlock()
-
 	key := b.keys.Stream("ta")
-	sum, err := c.XPending(ctx, key, "g").Result()
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sum, err := c.XPending(ctx, key, "g").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Count == 3 {
+			break // the late read ran; its entries are pending
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the late read's entries are not pending after 10s (pending %d, handled %d)", sum.Count, got.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	groups, err := c.XInfoGroups(ctx, key).Result()
-	if err != nil {
-		t.Fatal(err)
+	h.armed.Store(false)
+	if gone, err := b.DeleteTopicIfDrained(ctx, "ta", "g"); err != nil || gone {
+		t.Fatalf("DeleteTopicIfDrained = %v, %v; want false: three entries are pending", gone, err)
 	}
-	last, _ := c.XRevRangeN(ctx, key, "+", "-", 1).Result()
-	t.Logf("handler ran %d, group pending %d, last-delivered %s, stream last %s", got.Load(), sum.Count, groups[0].LastDeliveredID, last[0].ID)
 	// A successor that takes over everything pending (signals' next tenure).
-	var got2 atomic.Int64
-	sub2, err := b.Subscribe(ctx, "ta", func(ctx context.Context, e pubsub.Event) error { got2.Add(1); return nil },
+	got2 := make(chan string, 8)
+	sub2, err := b.Subscribe(ctx, "ta", func(ctx context.Context, e pubsub.Event) error { got2 <- e.ID; return nil },
 		pubsub.Group("g"), pubsub.ClaimPending(), pubsub.ReadOnDemand())
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	_ = sub2.Unsubscribe(ctx)
-	gone, err := b.DeleteTopicIfDrained(ctx, "ta", "g")
-	t.Logf("successor ran %d; DeleteTopicIfDrained = %v, %v", got2.Load(), gone, err)
-	if got.Load()+got2.Load() < 3 {
-		t.Errorf("%d of 3 published entries were never handled by anyone (pending: %d, stream deleted as drained: %v)",
-			3-got.Load()-got2.Load(), sum.Count, gone)
+	defer sub2.Unsubscribe(ctx)
+	for i := range 3 {
+		select {
+		case <-got2:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the successor handled %d of the 3 entries within 10s", i)
+		}
 	}
 }

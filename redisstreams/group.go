@@ -289,9 +289,9 @@ func (g *groupSub) cleanup() error {
 		return err
 	}
 	// The consumer goes only if it holds nothing, checked and deleted in
-	// one step: a read this subscription stopped waiting for (runReads) may
-	// still run, and its entries must keep the consumer. Otherwise (or on
-	// an error) the consumer stays; harmless.
+	// one step: the entries handed back above, or those of a read whose
+	// reply was lost (runReads), must keep it. Otherwise it stays until a
+	// member that takes those entries over deletes it (claimQueue).
 	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, g.consumer).Err()
 	return nil
 }
@@ -606,6 +606,7 @@ func (g *groupSub) claimBatch(after string, n int) (used int, last string, done 
 func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, minIdle time.Duration) (used int, err error) {
 	counts := make(map[string]int64, len(pend))
 	var ids []string
+	from := map[string]bool{} // the other consumers the entries are taken from
 	g.mu.Lock()
 	for _, p := range pend {
 		if _, mine := g.inflight[p.ID]; mine {
@@ -613,6 +614,9 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 		counts[p.ID] = p.RetryCount
 		ids = append(ids, p.ID)
+		if p.Consumer != g.consumer {
+			from[p.Consumer] = true
+		}
 	}
 	g.mu.Unlock()
 	if len(ids) == 0 {
@@ -624,6 +628,13 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	}).Result()
 	if err != nil {
 		return 0, err
+	}
+	// A consumer whose entries were all taken holds nothing more: delete
+	// it (only if so, in one step), or the consumers of stopped
+	// subscriptions, which cleanup keeps while they hold entries, would
+	// pile up. A live one that reads again is recreated by its read.
+	for c := range from {
+		_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, c).Err()
 	}
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))

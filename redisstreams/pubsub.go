@@ -378,7 +378,11 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // out its delay holding no handler (with Concurrency(1), to keep the order,
 // its handler waits). Every AckDeadline/2 it claims entries that other
 // consumers left unacked for AckDeadline. Entries its handlers have not
-// started when it is unsubscribed are handed back at once. With
+// started when it is unsubscribed (its last read included: Unsubscribe
+// waits for a read already sent) are handed back at once, with their
+// delivery count undone. Its consumer is deleted when it stops holding
+// nothing, or else by the member that takes its entries over, so consumers
+// do not pile up. With
 // pubsub.ClaimPending it first walks the group's pending list in id order
 // (XPENDING + XCLAIM with no minimum idle time), delivering what other
 // consumers hold before any new entry, and reads no further ahead than its

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	_ "embed"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,11 +23,16 @@ const (
 	readMaxBatch = 128
 )
 
+// readBatchTimeout bounds a batch of reads sent for others (retries
+// included): a subscription whose read rides it waits for it as it stops.
+const readBatchTimeout = 10 * time.Second
+
 // readReq is one group subscription's read: its commands, sent together
 // and in order, each carrying its own reply.
 type readReq struct {
 	t    turn[*readReq]
 	cmds []redis.Cmder
+	done chan struct{} // closed once the pipeline that carried cmds returned
 }
 
 func (r *readReq) turn() *turn[*readReq] { return &r.t }
@@ -37,28 +43,36 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // combiner): when fewer than readMaxActive batches are in flight the
 // caller sends its commands at once, on ctx; otherwise they go out with
 // everything queued meanwhile in the next pipeline, on a context of its own
-// (go-redis timeouts and retries bound it). So many subscriptions reading at
-// once cost a few round trips, not one each.
+// (readBatchTimeout). So many subscriptions reading at once cost a few
+// round trips, not one each.
 //
-// A non-nil error (ctx, the subscription's, ended first) means the commands
-// may or may not have run, and their replies must not be read. A read that
-// ran then delivered entries to this consumer that the subscription never
-// saw (as a read whose reply was lost does): they stay pending on the
-// consumer, which cleanup keeps (delete_consumer.lua checks and deletes in
-// one step), until the group's ack deadline or a ClaimPending successor
-// takes them. So a stopping subscription never waits for a read that a
-// dead or black-holed server does not answer.
+// When ctx (the subscription's) ends, a read still queued leaves the queue
+// and runReads returns ctx's error: it never ran, and its replies must not
+// be read. A read already sent is waited for, so that the subscription
+// sees what it delivered and hands it back as it stops (cleanup) with its
+// delivery count undone, and a successor that claims what is pending finds
+// it. That wait is one round trip, or on a server that stopped answering
+// the go-redis timeout of a batch (bounded by readBatchTimeout); the
+// subscription's own read stops at its first timeout, since ctx ends its
+// retries. A read whose reply is lost all the same (a timeout after the
+// server ran it) leaves its entries pending on the consumer, which cleanup
+// keeps (delete_consumer.lua checks and deletes in one step) until a
+// claim moves them.
 func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
-	r := &readReq{cmds: cmds}
+	r := &readReq{cmds: cmds, done: make(chan struct{})}
 	q := &s.readQ
 	if q.join(r, readMaxActive) {
 		s.sendReads(ctx, []*readReq{r})
 		q.finish(readMaxBatch)
 		return nil
 	}
-	batch, _, err := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
+	batch, sent, err := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
 	if err != nil {
-		return err
+		if !sent {
+			return err // left the queue: never sent
+		}
+		<-r.done // in a batch: sent, or being sent by whoever leads it
+		return nil
 	}
 	if batch != nil {
 		s.sendReadBatch(batch)
@@ -70,10 +84,14 @@ func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
 
 // sendReadBatch sends a batch that queued behind a leader, on a context of
 // its own: a caller that gives up must not fail the others.
-func (s *streamBus) sendReadBatch(batch []*readReq) { s.sendReads(context.Background(), batch) }
+func (s *streamBus) sendReadBatch(batch []*readReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), readBatchTimeout)
+	defer cancel()
+	s.sendReads(ctx, batch)
+}
 
 // sendReads sends the commands of batch in one pipeline; each command
-// carries its own reply or error.
+// carries its own reply or error. Then it marks each request done.
 func (s *streamBus) sendReads(ctx context.Context, batch []*readReq) {
 	p := s.b.client.Pipeline()
 	for _, r := range batch {
@@ -82,4 +100,7 @@ func (s *streamBus) sendReads(ctx context.Context, batch []*readReq) {
 		}
 	}
 	_, _ = p.Exec(ctx)
+	for _, r := range batch {
+		close(r.done)
+	}
 }

@@ -63,13 +63,13 @@ func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // TestUnsubscribeDuringCoalescedRead: a subscription whose read rides
-// another subscription's batch (runReads) and is unsubscribed meanwhile
-// does not wait for that read; the read runs after the subscription's
-// cleanup. Its entries must stay pending (on the consumer the read
-// recreates), never dropped: the stream is not drained, and a successor
-// that claims what is pending handles all of them. A hook delays the batch
-// to force the interleaving. (A cleanup that checked XPENDING and then
-// deleted the consumer in two steps let such a read run in between: the
+// another subscription's batch (runReads) and is unsubscribed while that
+// batch is on its way: the read was sent, so Unsubscribe waits for it and
+// hands its entries back. They must stay pending, never be dropped: the
+// stream is not drained, and a successor that claims what is pending
+// handles all of them. A hook delays the batch to force the interleaving.
+// (A cleanup that checked XPENDING and then deleted the consumer in two
+// steps, with a read left behind, let the read run in between: the
 // deletion dropped the delivered entries with the consumer, nobody ever
 // ran them, and DeleteTopicIfDrained deleted the stream as drained.)
 func TestUnsubscribeDuringCoalescedRead(t *testing.T) {

@@ -87,7 +87,18 @@ func stoppedReadSetup(t *testing.T) (b *Backend, c *redis.Client, h *gateHook, s
 			time.Sleep(time.Millisecond)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // initial reads
+	// The subscriptions' first reads are done: nothing in flight or queued.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		idle := q.active == 0 && len(q.queue) == 0
+		q.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("initial reads still in flight after 10s")
+		}
+	}
 	for range 3 {
 		if err := b.Publish(ctx, "ta", pubsub.Event{Type: "t"}); err != nil {
 			t.Fatal(err)
@@ -184,7 +195,7 @@ func TestSuccessorGetsStoppedReadsEntries(t *testing.T) {
 	}
 	sub2.(pubsub.Kicker).Kick()
 	var types []string
-	timeout := time.After(2 * time.Second)
+	timeout := time.After(10 * time.Second)
 loop:
 	for len(types) < 4 {
 		select {
@@ -196,7 +207,7 @@ loop:
 	}
 	t.Logf("successor handled %v", types)
 	if len(types) < 4 || types[0] == "newer" {
-		t.Errorf("successor handled %v within 2s; want the 3 older entries first, then the newer one", types)
+		t.Errorf("successor handled %v within 10s; want the 3 older entries first, then the newer one", types)
 	}
 }
 
@@ -235,7 +246,9 @@ func TestStoppedReadCostsNoAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub2.Unsubscribe(ctx)
-	time.Sleep(time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ran.Load()+dead.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	t.Logf("handler ran %d, dead letters %d", ran.Load(), dead.Load())
 	if ran.Load() != 3 {
 		t.Errorf("handler ran %d of 3 never-run entries (dead-lettered %d) under MaxDeliveries(1)", ran.Load(), dead.Load())

@@ -15,9 +15,10 @@ import (
 )
 
 // gateHook holds every pipeline carrying an XREADGROUP of consumer until
-// release is closed.
+// release is closed, and counts the answered XREADGROUPs per consumer.
 type gateHook struct {
 	mu       sync.Mutex
+	reads    map[string]int
 	consumer string
 	release  chan struct{}
 	held     chan struct{}
@@ -44,8 +45,28 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 				}
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		for _, c := range cmds {
+			if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
+				if h.reads == nil {
+					h.reads = map[string]int{}
+				}
+				if name, ok := a[3].(string); ok {
+					h.reads[name]++
+				}
+			}
+		}
+		h.mu.Unlock()
+		return err
 	}
+}
+
+// readsOf returns how many XREADGROUPs of consumer were answered.
+func (h *gateHook) readsOf(consumer string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads[consumer]
 }
 
 // stoppedReadSetup: subA's read rides subC's batch, and subA is
@@ -87,12 +108,14 @@ func stoppedReadSetup(t *testing.T) (b *Backend, c *redis.Client, h *gateHook, s
 			time.Sleep(time.Millisecond)
 		}
 	}
-	// The subscriptions' first reads are done: nothing in flight or queued.
+	// The subscriptions' first reads are done (answered), and nothing is in
+	// flight or queued.
+	consumerC := subC.(*groupSub).consumer
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		q.mu.Lock()
 		idle := q.active == 0 && len(q.queue) == 0
 		q.mu.Unlock()
-		if idle {
+		if idle && h.readsOf(consumerA) > 0 && h.readsOf(consumerC) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -23,6 +23,14 @@ type slowHook struct {
 	del   time.Duration
 	mu    sync.Mutex
 	log   []string
+	reads map[string]int // answered XREADGROUPs per consumer
+}
+
+// readsOf returns how many XREADGROUPs of consumer were answered.
+func (h *slowHook) readsOf(consumer string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads[consumer]
 }
 
 func (h *slowHook) note(s string) {
@@ -58,7 +66,20 @@ func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 				}
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		for _, c := range cmds {
+			if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
+				if h.reads == nil {
+					h.reads = map[string]int{}
+				}
+				if name, ok := a[3].(string); ok {
+					h.reads[name]++
+				}
+			}
+		}
+		h.mu.Unlock()
+		return err
 	}
 }
 
@@ -110,8 +131,10 @@ func TestUnsubscribeDuringCoalescedRead(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	// The subscriptions' first reads are done: nothing in flight or queued.
-	for deadline := time.Now().Add(10 * time.Second); !idle(); time.Sleep(time.Millisecond) {
+	// The subscriptions' first reads are done (answered), and nothing is in
+	// flight or queued.
+	ca, cc := subA.(*groupSub).consumer, subC.(*groupSub).consumer
+	for deadline := time.Now().Add(10 * time.Second); !idle() || h.readsOf(ca) == 0 || h.readsOf(cc) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("initial reads still in flight after 10s")
 		}

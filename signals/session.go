@@ -340,8 +340,10 @@ func (s *session) loop() {
 	used := false
 	// The first wait also covers setting up the subscription and claiming
 	// what a predecessor left pending; later waits are the linger time.
-	timer := time.NewTimer(max(rt.cfg.linger, inboxAckDeadline(rt.cfg.ttl)+100*time.Millisecond))
+	firstWait := max(rt.cfg.linger, inboxAckDeadline(rt.cfg.ttl)+100*time.Millisecond)
+	timer := time.NewTimer(firstWait)
 	defer timer.Stop()
+	sendWait := false // the timer fired while this tenure's Send was publishing
 	for {
 		select {
 		case d := <-s.deliveries:
@@ -383,6 +385,7 @@ func (s *session) loop() {
 				lost = held.Err() != nil
 				return
 			}
+			sendWait = false
 			timer.Reset(rt.cfg.linger)
 		case <-held.Done():
 			lost = true
@@ -391,7 +394,15 @@ func (s *session) loop() {
 			if s.sending.Load() > 0 {
 				// The Send that started this tenure is still storing
 				// its signal: wait for it (Send kicks once it is done).
+				sendWait = true
 				timer.Reset(rt.cfg.linger)
+				continue
+			}
+			if sendWait {
+				// That Send is done and has kicked: give the read it
+				// started the first wait, not just the linger time.
+				sendWait = false
+				timer.Reset(firstWait)
 				continue
 			}
 			if h := rt.cfg.hooks.lingerEnd; h != nil {

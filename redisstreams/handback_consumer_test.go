@@ -65,14 +65,5 @@ func TestHandBackLeavesNoConsumer(t *testing.T) {
 	if err := sub2.Unsubscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := c.XInfoConsumers(ctx, key, "g").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ci := range cons {
-		t.Logf("consumer %s pending %d", ci.Name, ci.Pending)
-		if ci.Name == consumerA {
-			t.Errorf("unsubscribed consumer %s left in the group (pending %d), and nothing deletes it", ci.Name, ci.Pending)
-		}
-	}
+	noConsumer(t, c, key, "g", consumerA)
 }

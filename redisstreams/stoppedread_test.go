@@ -14,11 +14,54 @@ import (
 	"github.com/leasebus/leasebus/pubsub"
 )
 
+// readTally counts the answered XREADGROUPs per consumer (a hook's part).
+type readTally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// count counts the XREADGROUPs among cmds, a pipeline that was answered.
+func (r *readTally) count(cmds []redis.Cmder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cmds {
+		if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
+			if name, ok := a[3].(string); ok {
+				if r.n == nil {
+					r.n = map[string]int{}
+				}
+				r.n[name]++
+			}
+		}
+	}
+}
+
+// readsOf returns how many XREADGROUPs of consumer were answered.
+func (r *readTally) readsOf(consumer string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[consumer]
+}
+
+// noConsumer fails t when consumer is still a consumer of group on key.
+func noConsumer(t *testing.T, c *redis.Client, key, group, consumer string) {
+	t.Helper()
+	cons, err := c.XInfoConsumers(context.Background(), key, group).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ci := range cons {
+		if ci.Name == consumer {
+			t.Errorf("consumer %s of the unsubscribed subscription is still in the group (pending %d); nothing will ever delete it", ci.Name, ci.Pending)
+		}
+	}
+}
+
 // gateHook holds every pipeline carrying an XREADGROUP of consumer until
 // release is closed, and counts the answered XREADGROUPs per consumer.
 type gateHook struct {
+	readTally
 	mu       sync.Mutex
-	reads    map[string]int
 	consumer string
 	release  chan struct{}
 	held     chan struct{}
@@ -46,27 +89,9 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			}
 		}
 		err := next(ctx, cmds)
-		h.mu.Lock()
-		for _, c := range cmds {
-			if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
-				if h.reads == nil {
-					h.reads = map[string]int{}
-				}
-				if name, ok := a[3].(string); ok {
-					h.reads[name]++
-				}
-			}
-		}
-		h.mu.Unlock()
+		h.count(cmds)
 		return err
 	}
-}
-
-// readsOf returns how many XREADGROUPs of consumer were answered.
-func (h *gateHook) readsOf(consumer string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.reads[consumer]
 }
 
 // stoppedReadSetup: subA's read rides subC's batch, and subA is
@@ -143,6 +168,17 @@ func stoppedReadSetup(t *testing.T) (b *Backend, c *redis.Client, h *gateHook, s
 	if err := subA.Unsubscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The read ran: its 3 entries are pending (handed back).
+	key := b.keys.Stream("ta")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		sum, _ := c.XPending(ctx, key, "g").Result()
+		if sum != nil && sum.Count == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read did not run")
+		}
+	}
 	return b, c, h, subC, consumerA
 }
 
@@ -151,21 +187,9 @@ func stoppedReadSetup(t *testing.T) (b *Backend, c *redis.Client, h *gateHook, s
 // acked everything, the stopped subscription's consumer is gone from the
 // group (every consumer the library creates goes away).
 func TestStoppedConsumerGoesAfterTakeover(t *testing.T) {
-	b, c, h, _, consumerA := stoppedReadSetup(t)
+	b, c, _, _, consumerA := stoppedReadSetup(t)
 	ctx := context.Background()
 	key := b.keys.Stream("ta")
-	h.open() // (already released by the setup)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sum, _ := c.XPending(ctx, key, "g").Result()
-		if sum != nil && sum.Count == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the read did not run")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	got := make(chan string, 8)
 	sub2, err := b.Subscribe(ctx, "ta", func(ctx context.Context, e pubsub.Event) error { got <- e.ID; return nil },
 		pubsub.Group("g"), pubsub.ClaimPending(), pubsub.ReadOnDemand())
@@ -182,16 +206,7 @@ func TestStoppedConsumerGoesAfterTakeover(t *testing.T) {
 	if err := sub2.Unsubscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := c.XInfoConsumers(ctx, key, "g").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ci := range cons {
-		t.Logf("consumer %s pending %d", ci.Name, ci.Pending)
-		if ci.Name == consumerA {
-			t.Errorf("consumer %s of the unsubscribed subscription is still in the group (pending %d); nothing will ever delete it", ci.Name, ci.Pending)
-		}
-	}
+	noConsumer(t, c, key, "g", consumerA)
 }
 
 // TestSuccessorGetsStoppedReadsEntries: a ClaimPending successor started
@@ -240,21 +255,8 @@ loop:
 // read left behind kept its count, and such a successor dead-lettered all
 // of them without running a handler.)
 func TestStoppedReadCostsNoAttempt(t *testing.T) {
-	b, c, h, _, _ := stoppedReadSetup(t)
+	b, _, _, _, _ := stoppedReadSetup(t)
 	ctx := context.Background()
-	key := b.keys.Stream("ta")
-	h.open() // (already released by the setup)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sum, _ := c.XPending(ctx, key, "g").Result()
-		if sum != nil && sum.Count == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the read did not run")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	var dead atomic.Int64
 	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("ta"), func(ctx context.Context, e pubsub.Event) error { dead.Add(1); return nil },
 		pubsub.StartFrom(pubsub.Earliest))

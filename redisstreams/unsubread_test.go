@@ -23,14 +23,7 @@ type slowHook struct {
 	del   time.Duration
 	mu    sync.Mutex
 	log   []string
-	reads map[string]int // answered XREADGROUPs per consumer
-}
-
-// readsOf returns how many XREADGROUPs of consumer were answered.
-func (h *slowHook) readsOf(consumer string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.reads[consumer]
+	readTally
 }
 
 func (h *slowHook) note(s string) {
@@ -67,18 +60,7 @@ func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			}
 		}
 		err := next(ctx, cmds)
-		h.mu.Lock()
-		for _, c := range cmds {
-			if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
-				if h.reads == nil {
-					h.reads = map[string]int{}
-				}
-				if name, ok := a[3].(string); ok {
-					h.reads[name]++
-				}
-			}
-		}
-		h.mu.Unlock()
+		h.count(cmds)
 		return err
 	}
 }

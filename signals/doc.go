@@ -38,7 +38,7 @@
 //     0.4ms after Send began when one is in flight, and 13-19ms at the
 //     99th percentile at half the maximum rate of a 2-core machine (GC
 //     pauses dominate that tail); 3 runtimes × 1,000 threads on 2 cores ran
-//     8,400-9,800 signals/s. BENCHMARKS.md has the commands and figures.
+//     8,200-9,800 signals/s. BENCHMARKS.md has the commands and figures.
 //   - A thread stays with the process that ran it for the linger time after
 //     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
 //     Shorten it with WithLinger when threads should move sooner.

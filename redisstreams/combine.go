@@ -24,7 +24,13 @@ type combiner[T member[T]] struct {
 	mu     sync.Mutex
 	active int // batches in flight
 	queue  []T
-	wg     sync.WaitGroup // leaders started for callers that gave up
+	// stragglers counts the leaders started for callers that gave up;
+	// idle (lazily made, on mu) is broadcast when it drops to zero. Both
+	// are guarded by mu, so wait may run while requests are still joined
+	// (a Shutdown whose ctx ended before every caller left), unlike a
+	// sync.WaitGroup, whose Add must not race its Wait.
+	stragglers int
+	idle       *sync.Cond
 }
 
 // member is a request that can wait in a combiner: a pointer type whose
@@ -80,9 +86,9 @@ func (c *combiner[T]) await(ctx context.Context, item T, maxBatch int, send func
 	}
 	if t.batch != nil {
 		// Handed a batch: someone must send it.
-		c.wg.Add(1)
+		c.stragglers++
 		go func(batch []T) {
-			defer c.wg.Done()
+			defer c.straggled()
 			send(batch)
 			c.answered(batch, batch[0]) // batch[0]'s wake closed when it was handed the batch
 			c.finish(maxBatch)
@@ -126,6 +132,26 @@ func (c *combiner[T]) finish(maxBatch int) {
 	close(t.wake)
 }
 
+// straggled ends a leader started for a caller that gave up.
+func (c *combiner[T]) straggled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stragglers--
+	if c.stragglers == 0 && c.idle != nil {
+		c.idle.Broadcast()
+	}
+}
+
 // wait returns when no leader started for a caller that gave up is running.
-// Callers must make sure no request is being joined or awaited meanwhile.
-func (c *combiner[T]) wait() { c.wg.Wait() }
+// It is safe while requests are still being joined or awaited; a leader
+// started after it returned is not waited for.
+func (c *combiner[T]) wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.stragglers > 0 {
+		if c.idle == nil {
+			c.idle = sync.NewCond(&c.mu)
+		}
+		c.idle.Wait()
+	}
+}

@@ -201,3 +201,52 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestCombinerWaitWhileGivingUp runs wait (as Shutdown does once its ctx
+// ended) while callers keep giving up and leaving batches to goroutines: it
+// must neither race (go test -race) nor return while a straggler it counted
+// still runs.
+func TestCombinerWaitWhileGivingUp(t *testing.T) {
+	tc := &testCombiner{maxActive: 1, maxBatch: 4}
+	stop := make(chan struct{})
+	var callers, waiters sync.WaitGroup
+	for g := range 8 {
+		callers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%2 == 0 {
+					cancel() // gives up at once: withdrawn, or its batch left to a goroutine
+				}
+				r := &testReq{in: g*100000 + i}
+				err := tc.do(ctx, r)
+				cancel()
+				if err == nil && r.out != 2*r.in {
+					t.Errorf("request %d: out %d", r.in, r.out)
+				}
+			}
+		})
+	}
+	waiters.Go(func() {
+		for range 2000 {
+			tc.c.wait()
+			tc.c.mu.Lock()
+			n := tc.c.stragglers
+			tc.c.mu.Unlock()
+			if n < 0 {
+				t.Errorf("stragglers %d", n)
+			}
+		}
+	})
+	waiters.Wait()
+	close(stop)
+	callers.Wait()
+	tc.c.wait()
+	if tc.c.stragglers != 0 || tc.c.active != 0 || len(tc.c.queue) != 0 {
+		t.Fatalf("left stragglers %d, active %d, queue %d", tc.c.stragglers, tc.c.active, len(tc.c.queue))
+	}
+}

@@ -52,6 +52,12 @@ func (r *Run) Next(ctx context.Context) (Signal, bool) {
 	for {
 		select {
 		case d := <-r.s.deliveries:
+			if r.s.rt.closingNow() {
+				// Both were ready and select chose the delivery: closing
+				// wins, the signal stays in the inbox for the next owner.
+				d.res <- errRetry
+				return Signal{}, false
+			}
 			if r.s.skip(d) {
 				continue
 			}

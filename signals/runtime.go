@@ -335,6 +335,16 @@ func (rt *Runtime) isClosed() bool {
 	return rt.closed
 }
 
+// closingNow reports whether Close has begun, without rt.mu.
+func (rt *Runtime) closingNow() bool {
+	select {
+	case <-rt.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // wake returns the local session of thread, starting one when this process
 // wins the thread's lease; when another process holds it, it returns a nil
 // session and the holder. Acquire errors are errors. A local session that

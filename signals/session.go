@@ -381,6 +381,13 @@ func (s *session) loop() {
 				s.mu.Unlock()
 			}
 			used = true
+			if rt.isClosed() {
+				// Close began during the hand-off: it starts no run. The
+				// signal stays in the inbox; the lease (handed to the run
+				// that does not start) is released as the tenure ends.
+				d.res <- errRetry
+				return
+			}
 			if !s.run(held, d) {
 				lost = held.Err() != nil
 				return

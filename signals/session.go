@@ -35,7 +35,12 @@ type session struct {
 	mu      sync.Mutex
 	held    *lease.Held
 	runID   string
-	seen    map[string]bool
+	// seen holds the IDs this tenure ran or skipped, the newest
+	// DedupeEntries of them (seenOrder, oldest first from seenHead): the
+	// done record and the process's cache remember beyond that.
+	seen      map[string]bool
+	seenOrder []string
+	seenHead  int
 	waiters map[string][]chan struct{}
 	record  string
 	ctl     runControl // control.go: cancel of the running run
@@ -128,7 +133,7 @@ func (s *session) await(id string, timeout <-chan time.Time, closing <-chan stru
 		return awaitTimeout
 	}
 	s.mu.Lock()
-	if s.seen[id] {
+	if s.ranHere(id) {
 		s.mu.Unlock()
 		return awaitDone
 	}
@@ -141,7 +146,7 @@ func (s *session) await(id string, timeout <-chan time.Time, closing <-chan stru
 	case <-s.ended:
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.seen[id] {
+		if s.ranHere(id) {
 			return awaitDone
 		}
 		return awaitEnded
@@ -156,12 +161,31 @@ func (s *session) markSeen(ids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		s.seen[id] = true
+		if !s.seen[id] {
+			s.seen[id] = true
+			s.seenOrder = append(s.seenOrder, id)
+			if len(s.seen) > DedupeEntries {
+				delete(s.seen, s.seenOrder[s.seenHead])
+				s.seenOrder[s.seenHead] = ""
+				s.seenHead++
+				if s.seenHead >= DedupeEntries {
+					s.seenOrder = append([]string(nil), s.seenOrder[s.seenHead:]...)
+					s.seenHead = 0
+				}
+			}
+		}
 		for _, ch := range s.waiters[id] {
 			close(ch)
 		}
 		delete(s.waiters, id)
 	}
+}
+
+// ranHere reports whether this tenure, or this process, ran id (or skipped
+// it as a duplicate), or the done record last read or written holds it.
+// Call with s.mu held.
+func (s *session) ranHere(id string) bool {
+	return s.seen[id] || recordHas(s.record, id) || s.rt.done.has(s.thread, id)
 }
 
 // skip acks d without running it when its ID was run already.
@@ -171,9 +195,9 @@ func (s *session) skip(d delivery) bool {
 	}
 	id := d.ev.ID
 	s.mu.Lock()
-	dup := s.seen[id] || recordHas(s.record, id)
+	dup := s.ranHere(id)
 	s.mu.Unlock()
-	if !dup && !s.rt.done.has(s.thread, id) {
+	if !dup {
 		return false
 	}
 	s.markSeen([]string{id})

@@ -32,18 +32,18 @@ type session struct {
 	ended      chan struct{} // closed when the session is over
 	drained    bool          // set before ended closes: it left the inbox drained and deleted it
 
-	mu      sync.Mutex
-	held    *lease.Held
-	runID   string
+	mu    sync.Mutex
+	held  *lease.Held
+	runID string
 	// seen holds the IDs this tenure ran or skipped, the newest
 	// DedupeEntries of them (seenOrder, oldest first from seenHead): the
 	// done record and the process's cache remember beyond that.
 	seen      map[string]bool
 	seenOrder []string
 	seenHead  int
-	waiters map[string][]chan struct{}
-	record  string
-	ctl     runControl // control.go: cancel of the running run
+	waiters   map[string][]chan struct{}
+	record    string
+	ctl       runControl // control.go: cancel of the running run
 
 	// inbox is the inbox subscription once Subscribe returned; kicked
 	// records a kick that came before, passed on as it is set.

@@ -236,9 +236,12 @@ func (c *Controller) Cancel(ctx context.Context, thread, reason string, opts ...
 	drop := ""
 	if cfg.drop {
 		// The mark goes into the inbox before the request, so every signal
-		// queued when the cancel was sent lies before it.
+		// queued when the cancel was sent lies before it. Its wake notice
+		// has a runtime read it when no tenure holds the thread, so that
+		// the inbox is drained and deleted rather than left behind.
 		mark := pubsub.Event{ID: "cancel-mark-" + uuid.NewString(), Type: dropMarkType}
-		if err := publishInbox(ctx, c.ps, thread, mark); err != nil {
+		notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: mark.ID}}
+		if err := publishSignal(ctx, c.ps, thread, mark, notice); err != nil {
 			return CancelResult{}, fmt.Errorf("signals: cancel thread %q: drop mark: %w", thread, err)
 		}
 		drop = mark.ID

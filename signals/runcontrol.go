@@ -77,7 +77,9 @@ func (s *session) requestCancel(cause error, drop string, reply func(cancelAnswe
 		s.mu.Unlock()
 		reply(cancelAnswer{outcome: outcomeGone})
 		return
-	case drop != "":
+	case drop != "" && !s.ranHere(drop):
+		// A mark already read (by this tenure, or recorded by an earlier
+		// one) ends no drop any more: everything before it was handled.
 		c.drop = drop
 	}
 	switch {
@@ -155,8 +157,8 @@ func (s *session) cancelledOnly(ctx context.Context, held *lease.Held) bool {
 	return errors.Is(context.Cause(ctx), ErrCancelled) && held.Err() == nil && s.rt.hardCtx.Err() == nil
 }
 
-// dropped handles the deliveries of a drop: a drop mark is acked (ending
-// the drop when it is the awaited one); while a drop is on, a signal is
+// dropped handles the deliveries of a drop: a drop mark is recorded as run
+// and acked (ending the drop when it is the awaited one); while a drop is on, a signal is
 // recorded as done and acked without running. It reports whether d was
 // handled.
 func (s *session) dropped(d delivery) bool {
@@ -165,11 +167,18 @@ func (s *session) dropped(d delivery) bool {
 		if s.ctl.drop == d.ev.ID {
 			s.ctl.drop = ""
 		}
+		held := s.held
 		s.mu.Unlock()
-		d.res <- nil
+		// Recorded as run, like a signal: a cancel request that arrives
+		// after its mark was read (here or in an earlier tenure) then
+		// starts no drop, and the mark's wake notice is settled.
+		s.complete(held, []delivery{d})
 		return true
 	}
 	s.mu.Lock()
+	if s.ctl.drop != "" && s.ranHere(s.ctl.drop) {
+		s.ctl.drop = "" // its mark was read before the request came
+	}
 	drop, held, runID := s.ctl.drop != "", s.held, s.runID
 	s.mu.Unlock()
 	if !drop {

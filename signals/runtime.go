@@ -298,16 +298,21 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 // notice: in one step on a pubsub.BatchPublisher (the inbox entry first,
 // with its group created if missing), otherwise one after the other.
 func (rt *Runtime) publishSignal(ctx context.Context, thread string, ev, notice pubsub.Event) error {
-	if bp, ok := rt.ps.(pubsub.BatchPublisher); ok {
+	return publishSignal(ctx, rt.ps, thread, ev, notice)
+}
+
+// publishSignal is Runtime.publishSignal on ps.
+func publishSignal(ctx context.Context, ps pubsub.PubSub, thread string, ev, notice pubsub.Event) error {
+	if bp, ok := ps.(pubsub.BatchPublisher); ok {
 		return bp.PublishBatch(ctx, []pubsub.Publication{
 			{Topic: InboxTopic(thread), Group: InboxGroup, Event: ev},
 			{Topic: WorkTopic, Event: notice},
 		})
 	}
-	if err := publishInbox(ctx, rt.ps, thread, ev); err != nil {
+	if err := publishInbox(ctx, ps, thread, ev); err != nil {
 		return err
 	}
-	if err := rt.ps.Publish(ctx, WorkTopic, notice); err != nil {
+	if err := ps.Publish(ctx, WorkTopic, notice); err != nil {
 		return fmt.Errorf("wake notice: %w", err)
 	}
 	return nil

@@ -288,6 +288,19 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if perr != nil {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, perr)
 	}
+	if s != nil && rt.closingNow() {
+		// Close began while this Send was publishing: the local tenure
+		// starts no run now, and a notice that says Woke or Delivered
+		// keeps the peers' handlers off the thread for a recovery
+		// interval. A copy without an Action has one take it as soon as
+		// this process's tenure released it; the signal is stored, so
+		// another runtime runs it, as when Close came before the acquire.
+		plain := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+		if err := rt.ps.Publish(ctx, WorkTopic, plain); err != nil {
+			rt.log.Warn("signals: wake notice of a Send during Close failed", "thread", thread, "signal", sig.ID, "err", err)
+		}
+		acc = Accepted{Action: Forwarded, SignalID: sig.ID}
+	}
 	if acc.Action == 0 {
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, werr)
 	}

@@ -51,7 +51,13 @@
 //
 // Consumer names are [Options].Consumer plus a random suffix per Backend
 // and a number per group subscription, so two processes given the same
-// Consumer never share a consumer and its pending entries.
+// Consumer never share a consumer and its pending entries. A consumer goes
+// when its subscription stops (Unsubscribe, Close) holding nothing; one
+// that stops holding entries (handed back, or a member that died) goes once
+// the member that takes them over holds them all; one left by a member that
+// died holding nothing is deleted by a live member of the group after it
+// was idle for 10 minutes (TestDeadMembersConsumerGoes). Each deletion
+// checks and deletes in one script, only a consumer that holds nothing.
 //
 // # Eviction
 //

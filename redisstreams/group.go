@@ -922,7 +922,34 @@ func (g *groupSub) reclaimInterval() time.Duration {
 	return min(max(g.cfg.AckDeadline/2, 10*time.Millisecond), 30*time.Second)
 }
 
-// reclaimLoop keeps queued entries ours and takes over others' stale ones.
+// consumerReapIdle is how long a consumer of a group must have been idle,
+// holding nothing, before a live member of the group deletes it. That is
+// what becomes of the consumer of a member that died (SIGKILL, a lost host)
+// with nothing pending: one that died holding entries is deleted by the
+// member that takes them over, once it holds nothing. Deleting a live
+// member's empty consumer loses nothing (the check and the deletion are
+// one script, and its next read creates it again); the idle time only
+// keeps live ones from being deleted and recreated all the time. A
+// variable so that tests can shorten it.
+var consumerReapIdle = 10 * time.Minute
+
+// reapConsumers deletes the group's other consumers that hold nothing and
+// were idle for consumerReapIdle.
+func (g *groupSub) reapConsumers() {
+	cs, err := g.s.b.client.XInfoConsumers(g.ctx, g.key, g.group).Result()
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		if c.Name == g.consumer || c.Pending > 0 || c.Idle < consumerReapIdle {
+			continue
+		}
+		_ = deleteConsumerScript.Run(g.ctx, g.s.b.client, []string{g.key}, g.group, c.Name).Err()
+	}
+}
+
+// reclaimLoop keeps queued entries ours, takes over others' stale ones, and
+// now and then deletes the consumers of members that are gone.
 func (g *groupSub) reclaimLoop() {
 	select {
 	case <-g.claimed:
@@ -931,11 +958,16 @@ func (g *groupSub) reclaimLoop() {
 	}
 	t := time.NewTicker(g.reclaimInterval())
 	defer t.Stop()
+	lastReap := time.Now()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastReap) >= consumerReapIdle/2 {
+			lastReap = time.Now()
+			g.reapConsumers()
 		}
 		if g.cfg.ReadOnDemand && !g.kicked.Swap(false) {
 			// Not told about anything new since the last pass: nobody

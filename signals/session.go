@@ -450,6 +450,13 @@ func (s *session) loop() {
 // go on (false when the lease was lost or the runtime stopped waiting).
 func (s *session) run(held *lease.Held, d delivery) bool {
 	rt := s.rt
+	if held.Err() != nil {
+		// Past its loss deadline already (say the process was paused and
+		// the Held's timer has not fired yet): start nothing; the next
+		// owner gets the signal.
+		abandon([]delivery{d}, errLeaseLost)
+		return false
+	}
 	ctx, cancel := context.WithCancelCause(held.Context())
 	stop := context.AfterFunc(rt.hardCtx, func() { cancel(ErrClosed) })
 	defer func() {

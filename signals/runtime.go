@@ -88,6 +88,11 @@ type Runtime struct {
 	seenMu sync.Mutex
 	seen   map[string]seenNotice // wake notice ID → when this process first received it (noticeSeen)
 	ends   map[string]*tenureEnds
+	// seenSweepAt and endsSweepAt are the sizes at which seen and ends
+	// are next swept for old entries: noticeSeenMax, or twice what a
+	// sweep left, so that a map of young entries (a deep backlog, many
+	// threads) is not swept on every insert.
+	seenSweepAt, endsSweepAt int
 }
 
 // seenNotice is a wake notice this process received and has not acked.
@@ -563,8 +568,10 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 
 // noticeSeen returns when this process first received the notice id (now,
 // the first time). The map forgets entries older than noticeSeenTTL when it
-// grows past noticeSeenMax, so it stays bounded; a forgotten notice counts
-// as first received now, which only delays its ack.
+// grows past noticeSeenMax (then past twice what the last sweep left, so
+// that sweeps cost O(1) per insert), so it stays bounded by what arrives
+// within noticeSeenTTL; a forgotten notice counts as first received now,
+// which only delays its ack.
 func (rt *Runtime) noticeSeen(id, thread, signal string, now time.Time) time.Time {
 	rt.seenMu.Lock()
 	defer rt.seenMu.Unlock()
@@ -574,12 +581,13 @@ func (rt *Runtime) noticeSeen(id, thread, signal string, now time.Time) time.Tim
 	if rt.seen == nil {
 		rt.seen = make(map[string]seenNotice)
 	}
-	if len(rt.seen) >= noticeSeenMax {
+	if len(rt.seen) >= max(rt.seenSweepAt, noticeSeenMax) {
 		for k, n := range rt.seen {
 			if now.Sub(n.first) > noticeSeenTTL {
 				delete(rt.seen, k)
 			}
 		}
+		rt.seenSweepAt = 2 * len(rt.seen)
 	}
 	rt.seen[id] = seenNotice{first: now, thread: thread, signal: signal}
 	return now
@@ -603,21 +611,26 @@ const staleTenures = 10
 // started. Like the seen map, the table forgets entries older than
 // noticeSeenTTL once it holds noticeSeenMax of them.
 func (rt *Runtime) noteTenureEnd(thread string, started time.Time, clean, drained bool) {
+	rt.noteTenureEndAt(thread, started, clean, drained, time.Now())
+}
+
+// noteTenureEndAt is noteTenureEnd at time now.
+func (rt *Runtime) noteTenureEndAt(thread string, started time.Time, clean, drained bool, now time.Time) {
 	if !clean {
 		return
 	}
-	now := time.Now()
 	rt.seenMu.Lock()
 	defer rt.seenMu.Unlock()
 	if rt.ends == nil {
 		rt.ends = make(map[string]*tenureEnds)
 	}
-	if len(rt.ends) >= noticeSeenMax {
+	if len(rt.ends) >= max(rt.endsSweepAt, noticeSeenMax) {
 		for k, e := range rt.ends {
 			if now.Sub(e.at) > noticeSeenTTL {
 				delete(rt.ends, k)
 			}
 		}
+		rt.endsSweepAt = 2 * len(rt.ends)
 	}
 	e := rt.ends[thread]
 	if e == nil {

@@ -255,33 +255,34 @@ func (g *groupSub) cleanup() error {
 	// (its AckDeadline ran out): it is handed back only if it is still
 	// ours, which XCLAIM's minimum idle time (the time since our own
 	// claim) tells, as retryLoop does.
+	// Unstarted entries are handed back the same way (another member may
+	// have claimed them too: ClaimPending takes live members' entries),
+	// each with the count before our read or claim.
 	g.mu.Lock()
-	byCount := make(map[int][]any)
-	var waiting []*groupMsg
-	for id, m := range g.inflight {
+	var back []*groupMsg
+	for _, m := range g.inflight {
 		switch {
 		case m.waiting:
 			m.timer.Stop()
-			waiting = append(waiting, m)
+			back = append(back, m)
 		case !m.started && !m.lost:
-			byCount[m.attempt-1] = append(byCount[m.attempt-1], id)
+			back = append(back, m)
 		}
 	}
 	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
-	for _, m := range waiting {
-		args := []any{"XCLAIM", g.key, g.group, g.consumer, time.Since(m.received).Milliseconds(), m.id,
-			"IDLE", int64(365 * 24 * time.Hour / time.Millisecond), "RETRYCOUNT", m.attempt, "JUSTID"}
-		if err := g.s.b.client.Do(ctx, args...).Err(); err != nil && !isNoGroup(err) {
-			g.s.b.opts.Logger.Warn("redisstreams: hand back a nacked entry failed; it is reclaimed after the ack deadline",
-				"topic", g.topic, "group", g.group, "err", err)
+	if len(back) > 0 {
+		pipe := g.s.b.client.Pipeline()
+		for _, m := range back {
+			count := m.attempt - 1 // unstarted: undo our read or claim
+			if m.waiting {
+				count = m.attempt // nacked: it keeps the attempts it was given
+			}
+			pipe.Do(ctx, "XCLAIM", g.key, g.group, g.consumer, time.Since(m.received).Milliseconds(), m.id,
+				"IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", count, "JUSTID")
 		}
-	}
-	for count, ids := range byCount {
-		args := append([]any{"XCLAIM", g.key, g.group, g.consumer, 0}, ids...)
-		args = append(args, "IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", count, "JUSTID")
-		if err := g.s.b.client.Do(ctx, args...).Err(); err != nil && !isNoGroup(err) {
-			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted entries failed; they are reclaimed after the ack deadline",
+		if _, err := pipe.Exec(ctx); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted or nacked entries failed; they are reclaimed after the ack deadline",
 				"topic", g.topic, "group", g.group, "err", err)
 		}
 	}

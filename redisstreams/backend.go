@@ -372,6 +372,12 @@ func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
 // when NewURL made it. It returns nil when all that is done (a later call
 // returns nil too), or the errors it met.
 //
+// When Redis stops answering, each subscription's clean-up gives up after
+// 10s and the remaining acks after 10s more: their entries stay pending
+// and are redelivered after their AckDeadline, and Shutdown returns the
+// errors it met (TestCloseOnBlackHoleWithAckQueued: Close on a black-holed
+// NewURL client returned after 20.1s).
+//
 // When ctx ends first, Shutdown returns ctx.Err() at once and gives up on the
 // handlers still running (ones that ignore their ctx): their deliveries are
 // never acked, whatever the handlers return later, so a group entry stays

@@ -1090,9 +1090,20 @@ type acker struct {
 	closed   bool
 	started  bool
 
+	// ctx bounds every write; close cancels it ackCloseGrace after it
+	// began, and acks not written by then are given up on.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	notify chan struct{}
 	done   chan struct{}
 }
+
+// ackCloseGrace is how long the acker's close keeps trying to write the
+// remaining acks. An ack given up on leaves its entry pending, redelivered
+// after its AckDeadline (at-least-once, never lost), so a Close on a Redis
+// that stopped answering returns instead of retrying for minutes.
+const ackCloseGrace = 10 * time.Second
 
 type ackReq struct{ key, group, id string }
 
@@ -1101,6 +1112,7 @@ func (a *acker) init(b *Backend) {
 	a.progress = make(chan struct{})
 	a.notify = make(chan struct{}, 1)
 	a.done = make(chan struct{})
+	a.ctx, a.cancel = context.WithCancel(context.Background())
 }
 
 func (a *acker) start() {
@@ -1148,9 +1160,12 @@ func (a *acker) close() error {
 	started := a.started
 	a.closed = true
 	a.mu.Unlock()
+	defer a.cancel()
 	if !started {
 		return nil
 	}
+	giveUp := time.AfterFunc(ackCloseGrace, a.cancel)
+	defer giveUp.Stop()
 	select {
 	case a.notify <- struct{}{}:
 	default:
@@ -1200,8 +1215,13 @@ func (a *acker) write(batch []ackReq) {
 		byStream[k] = append(byStream[k], r.id)
 	}
 	bo := newRetry()
+	ctx := a.ctx
 	for try := 0; ; try++ {
-		ctx := context.Background()
+		if ctx.Err() != nil {
+			a.b.opts.Logger.Warn("redisstreams: closing: xack not written in time; entries stay pending and are redelivered after the ack deadline",
+				"streams", len(order))
+			return
+		}
 		pipe := a.b.client.Pipeline()
 		cmds := make([]*redis.IntCmd, len(order))
 		for i, k := range order {
@@ -1225,6 +1245,11 @@ func (a *acker) write(batch []ackReq) {
 			return
 		}
 		order = failed
-		time.Sleep(bo.Next())
+		wait := time.NewTimer(bo.Next())
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+		}
 	}
 }

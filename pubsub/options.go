@@ -220,7 +220,8 @@ func RedeliveryCap(d time.Duration) SubscribeOption {
 //
 // The caller must Kick after every publish it wants read: an event
 // published after the last read that found nothing new waits, unread, until
-// the next Kick.
+// the next Kick. The backend's Flush kicks the ReadOnDemand subscriptions of
+// the topics published through it, since it waits for their deliveries.
 func ReadOnDemand() SubscribeOption {
 	return func(c *SubscribeConfig) { c.ReadOnDemand = true }
 }

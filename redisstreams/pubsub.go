@@ -200,6 +200,13 @@ func (s *streamBus) flush(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
+	for _, sub := range subs {
+		// A ReadOnDemand subscription reads only when told to: Flush
+		// waits for its deliveries, so it tells it (others ignore Kick).
+		if k, ok := sub.(pubsub.Kicker); ok {
+			k.Kick()
+		}
+	}
 	poll := backoff.Backoff{Policy: backoff.Policy{Min: time.Millisecond, Max: 20 * time.Millisecond}}
 	for {
 		if err := s.acks.flush(ctx); err != nil {

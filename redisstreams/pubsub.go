@@ -46,6 +46,10 @@ type streamBus struct {
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
 	readers map[string]*fanReader
+	// stopping is set (under mu) by close before it waits for bg: no
+	// reader starts from then on (readerFor), so bg is never added to
+	// while close waits, even from a subscription Shutdown gave up on.
+	stopping bool
 	bg      sync.WaitGroup // readers and other bus goroutines
 }
 
@@ -126,6 +130,7 @@ func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, er
 
 	s.cancel()
 	s.mu.Lock()
+	s.stopping = true
 	for _, r := range s.readers {
 		r.bl.wake()
 	}

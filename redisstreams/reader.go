@@ -238,7 +238,7 @@ type fanMsg struct {
 }
 
 // readerFor returns the running shared reader for the stream key, starting
-// it when needed.
+// it when needed (once the bus is stopping, one that never runs).
 func (s *streamBus) readerFor(key string) *fanReader {
 	group, node := s.readerGroup(key)
 	s.mu.Lock()
@@ -251,6 +251,11 @@ func (s *streamBus) readerFor(key string) *fanReader {
 		bl:      newBlocker(s.b, node),
 		streams: make(map[string]*fanStream),
 		idle:    make(chan struct{}, 1),
+	}
+	if s.stopping {
+		// Closing: a reader that never runs (its callers are stopping
+		// too), not started, so close's wait for bg is not raced.
+		return r
 	}
 	s.readers[group] = r
 	done := make(chan struct{})

@@ -50,7 +50,7 @@ type streamBus struct {
 	// reader starts from then on (readerFor), so bg is never added to
 	// while close waits, even from a subscription Shutdown gave up on.
 	stopping bool
-	bg      sync.WaitGroup // readers and other bus goroutines
+	bg       sync.WaitGroup // readers and other bus goroutines
 }
 
 // subscription is what close stops: a fan-out or a group subscription.

@@ -93,4 +93,14 @@
 // loss deadline whatever its renew calls do, and RenewLeases returns when
 // its ctx ends — but single calls may block until the client's ReadTimeout
 // when Redis stops answering; New logs a warning for such a client.
+//
+// go-redis retries a command that timed out or lost its connection
+// (MaxRetries). Group reads are the exception: a retried XREADGROUP would
+// deliver entries to the consumer that nobody sees, so each read carries a
+// command go-redis never retries. After a failed read, which the server may
+// have run all the same (it stalled and ran it as it resumed), the
+// subscription's next reads also list what is pending on its consumer and
+// take what it did not see first, in stream order, as the same delivery
+// attempt (TestStalledReadKeepsOrder, TestStalledReadDeadLettersNothingUnrun:
+// a 7s SIGSTOP of the server during a read).
 package redisstreams

@@ -2,8 +2,11 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,6 +53,20 @@ type groupSub struct {
 	// seen, guarded by bellOn.mu.
 	bellOn     *fanReader
 	bellCursor string
+
+	// maxSeen (guarded by mu) is the highest entry id this subscription
+	// received, by a read or a claim. suspect says a read failed in a way
+	// that may have run it on the server all the same (a timeout, a cut
+	// connection): until two checks in a row find nothing, each read also
+	// lists what is pending here above lostFrom (maxSeen at the first
+	// failure) and takes, in order, what it did not see (recoverLost);
+	// seenSince (guarded by mu) holds the ids received meanwhile. The rest
+	// belongs to readLoop.
+	maxSeen     string
+	suspect     bool
+	lostFrom    string
+	seenSince   map[string]bool
+	cleanChecks int
 
 	// due holds nacked entries whose redelivery delay has passed, for
 	// retryLoop; dueCh wakes it. Waiting entries hold no handler and no
@@ -253,8 +270,7 @@ func (g *groupSub) cleanup() error {
 	// the same way, keeping the attempts they were given.
 	// A waiting entry may have been taken over by another member meanwhile
 	// (its AckDeadline ran out): it is handed back only if it is still
-	// ours, which XCLAIM's minimum idle time (the time since our own
-	// claim) tells, as retryLoop does.
+	// ours, checked in the same script.
 	// Unstarted entries are handed back the same way (another member may
 	// have claimed them too: ClaimPending takes live members' entries),
 	// each with the count before our read or claim.
@@ -272,16 +288,17 @@ func (g *groupSub) cleanup() error {
 	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
 	if len(back) > 0 {
-		pipe := g.s.b.client.Pipeline()
+		args := []any{g.group, g.consumer, int64(365 * 24 * time.Hour / time.Millisecond)}
 		for _, m := range back {
 			count := m.attempt - 1 // unstarted: undo our read or claim
 			if m.waiting {
 				count = m.attempt // nacked: it keeps the attempts it was given
 			}
-			pipe.Do(ctx, "XCLAIM", g.key, g.group, g.consumer, time.Since(m.received).Milliseconds(), m.id,
-				"IDLE", int64(365*24*time.Hour/time.Millisecond), "RETRYCOUNT", count, "JUSTID")
+			args = append(args, m.id, count)
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !isNoGroup(err) {
+		// Only entries still ours, checked and claimed in one step
+		// (hand_back.lua).
+		if err := handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err(); err != nil && !isNoGroup(err) {
 			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted or nacked entries failed; they are reclaimed after the ack deadline",
 				"topic", g.topic, "group", g.group, "err", err)
 		}
@@ -297,6 +314,116 @@ func (g *groupSub) cleanup() error {
 	return nil
 }
 
+// saw records that the subscription received entry id.
+func (g *groupSub) saw(id string) {
+	g.mu.Lock()
+	if g.maxSeen == "" || compareStreamIDs(id, g.maxSeen) > 0 {
+		g.maxSeen = id
+	}
+	if g.seenSince != nil {
+		g.seenSince[id] = true
+	}
+	g.mu.Unlock()
+}
+
+// lostBatch is the most entries a lost-read check lists at once.
+const lostBatch = 512
+
+// checkLost is the part of a read pipeline that looks for a lost read: the
+// entries pending on this consumer above the highest id it had received
+// when a read first failed (lostFrom).
+func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
+	from := "-"
+	if g.lostFrom != "" {
+		from = "(" + g.lostFrom
+	}
+	return pipe.XPendingExt(g.ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: from, End: "+", Count: lostBatch, Consumer: g.consumer,
+	})
+}
+
+// recoverLost merges what a read returned with what failed reads delivered
+// to this consumer all the same (chk found them pending here, unknown), in
+// stream order, so that they are queued before anything newer, and returns
+// the first n of them (the read's tokens). What is left stays pending here
+// unseen, for the next check. Lost entries were never run, so they keep
+// their delivery count (the lost read's delivery is this one): not counted
+// as a redelivery, nor as an extra attempt towards MaxDeliveries. It
+// returns ok false when it could not fetch them: then nothing is queued,
+// and every entry the read returned is left for the next check too. The
+// checks end after two clean ones in a row: a read the server ran late (it
+// had stalled, and runs what it buffered as it resumes) runs no later than
+// the first command answered after it resumed.
+func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int) (msgs []*groupMsg, ok bool) {
+	for _, xs := range res {
+		for _, msg := range xs.Messages {
+			msgs = append(msgs, &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now})
+		}
+	}
+	pend, err := chk.Result()
+	switch {
+	case isNoGroup(err):
+		// The group is gone (the next read creates it again): nothing is
+		// pending in it.
+		g.mu.Lock()
+		g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
+		g.mu.Unlock()
+		return msgs, true
+	case err != nil:
+		g.cleanChecks = 0
+		return nil, false
+	}
+	read := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		read[m.id] = true
+	}
+	g.mu.Lock()
+	for _, p := range pend {
+		if _, known := g.inflight[p.ID]; !known && !g.seenSince[p.ID] && !read[p.ID] {
+			msgs = append(msgs, &groupMsg{id: p.ID, attempt: max(int(p.RetryCount), 1), received: now})
+		}
+	}
+	g.mu.Unlock()
+	if len(msgs) == len(read) {
+		if g.cleanChecks++; g.cleanChecks >= 2 && len(pend) < lostBatch {
+			g.mu.Lock()
+			g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
+			g.mu.Unlock()
+		}
+		return msgs, true
+	}
+	g.cleanChecks = 0
+	slices.SortFunc(msgs, func(a, b *groupMsg) int { return compareStreamIDs(a.id, b.id) })
+	msgs = msgs[:min(len(msgs), n)]
+	pipe := g.s.b.client.Pipeline()
+	fetch := make(map[string]*redis.XMessageSliceCmd)
+	for _, m := range msgs {
+		if !read[m.id] {
+			fetch[m.id] = pipe.XRangeN(g.ctx, g.key, m.id, m.id, 1)
+		}
+	}
+	if _, err := pipe.Exec(g.ctx); err != nil && err != redis.Nil {
+		return nil, false
+	}
+	var gone []string
+	kept := msgs[:0]
+	for _, m := range msgs {
+		if f := fetch[m.id]; f != nil {
+			got, _ := f.Result()
+			if len(got) == 0 {
+				gone = append(gone, m.id) // deleted (trimmed): nothing to run
+				continue
+			}
+			m.values = got[0].Values
+		}
+		kept = append(kept, m)
+	}
+	if len(gone) > 0 {
+		_ = g.s.b.client.XAck(g.ctx, g.key, g.group, gone...).Err()
+	}
+	return kept, true
+}
+
 // queueRead queues the entries of a read (their first delivery) for the
 // handlers and returns how many there were. Once the subscription stops
 // they stay in inflight only, unstarted: cleanup hands them back.
@@ -304,18 +431,30 @@ func (g *groupSub) queueRead(res []redis.XStream, now time.Time) int {
 	got := 0
 	for _, xs := range res {
 		for _, msg := range xs.Messages {
-			m := &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now}
-			g.mu.Lock()
-			g.inflight[m.id] = m
-			g.mu.Unlock()
-			select {
-			case g.ch <- m:
-			case <-g.ctx.Done():
-			}
+			g.queue(&groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now})
 			got++
 		}
 	}
 	return got
+}
+
+// queueMsgs queues msgs in order.
+func (g *groupSub) queueMsgs(msgs []*groupMsg) {
+	for _, m := range msgs {
+		g.queue(m)
+	}
+}
+
+// queue queues m for the handlers.
+func (g *groupSub) queue(m *groupMsg) {
+	g.saw(m.id)
+	g.mu.Lock()
+	g.inflight[m.id] = m
+	g.mu.Unlock()
+	select {
+	case g.ch <- m:
+	case <-g.ctx.Done():
+	}
 }
 
 // Kick makes a ReadOnDemand subscription read what was published before the
@@ -399,6 +538,15 @@ func (g *groupSub) readLoop() {
 		// The commands are built on a pipeline that is never executed
 		// and sent by runReads, with other subscriptions' reads.
 		pipe := g.s.b.client.Pipeline()
+		// A command go-redis never retries makes it retry none of the
+		// pipeline (per node on a Cluster, hence one per read): a retried
+		// XREADGROUP would deliver entries to this consumer that nobody
+		// sees. A failed read is recovered from instead (recoverLost).
+		_ = pipe.Process(g.ctx, redis.NewRawWriteToCmd(g.ctx, io.Discard, "XLEN", g.key))
+		var chk *redis.XPendingExtCmd
+		if g.suspect {
+			chk = g.checkLost(pipe) // before the read: see recoverLost
+		}
 		if g.cfg.ReadOnDemand {
 			// The stream's last entry, read right after: when the read
 			// returned it, nothing the kick covers is left unread, and
@@ -418,7 +566,7 @@ func (g *groupSub) readLoop() {
 		}
 		now := time.Now()
 		switch {
-		case err == redis.Nil:
+		case err == redis.Nil && chk == nil:
 			bo.Reset()
 			g.putTokens(n)
 			more = false
@@ -429,13 +577,40 @@ func (g *groupSub) readLoop() {
 			g.recreate(&bo)
 			more = true
 			continue
-		case err != nil:
+		case err != nil && err != redis.Nil:
 			g.putTokens(n)
+			if g.ctx.Err() == nil && !g.suspect {
+				// It may have run on the server all the same: its
+				// entries would be pending here, unseen.
+				g.mu.Lock()
+				g.suspect, g.lostFrom, g.seenSince = true, g.maxSeen, map[string]bool{}
+				g.mu.Unlock()
+			}
+			g.cleanChecks = 0
 			g.fail(err, &bo)
 			more = true
 			continue
 		}
 		bo.Reset()
+		if chk != nil {
+			msgs, ok := g.recoverLost(chk, res, now, n)
+			if !ok {
+				g.putTokens(n)
+				g.fail(errors.New("checking for the entries of a lost read failed"), &bo)
+				more = true
+				continue
+			}
+			g.queueMsgs(msgs)
+			g.putTokens(n - len(msgs))
+			more = true // read again (and check again) until two checks are clean
+			if !g.suspect {
+				more = len(msgs) == n && !readToEnd(res, after)
+				if !more {
+					g.setBell(last, res)
+				}
+			}
+			continue
+		}
 		got := g.queueRead(res, now)
 		g.putTokens(n - got)
 		more = got == n && !readToEnd(res, after)
@@ -644,6 +819,7 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 			continue // deleted (trimmed) entry
 		}
 		claimed[msg.ID] = true
+		g.saw(msg.ID)
 		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
 		g.mu.Lock()
 		g.inflight[m.id] = m

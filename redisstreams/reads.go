@@ -12,6 +12,10 @@ var (
 	//go:embed lua/delete_consumer.lua
 	deleteConsumerLua    string
 	deleteConsumerScript = redis.NewScript(deleteConsumerLua)
+
+	//go:embed lua/hand_back.lua
+	handBackLua    string
+	handBackScript = redis.NewScript(handBackLua)
 )
 
 const (
@@ -52,12 +56,14 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // sees what it delivered and hands it back as it stops (cleanup) with its
 // delivery count undone, and a successor that claims what is pending finds
 // it. That wait is one round trip, or on a server that stopped answering
-// the go-redis timeout of a batch (bounded by readBatchTimeout); the
-// subscription's own read stops at its first timeout, since ctx ends its
-// retries. A read whose reply is lost all the same (a timeout after the
-// server ran it) leaves its entries pending on the consumer, which cleanup
-// keeps (delete_consumer.lua checks and deletes in one step) until a
-// claim moves them.
+// the go-redis timeout of a batch (bounded by readBatchTimeout). go-redis
+// never retries a read pipeline (each read carries a command it must not
+// retry; groupSub.readLoop). A read whose reply is lost all the same (a
+// timeout after the server ran it) leaves its entries pending on the
+// consumer: a running subscription finds them with its next reads
+// (recoverLost); a stopping one's cleanup keeps the consumer for them
+// (delete_consumer.lua checks and deletes in one step) until a claim moves
+// them.
 func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
 	r := &readReq{cmds: cmds, done: make(chan struct{})}
 	q := &s.readQ

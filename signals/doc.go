@@ -35,10 +35,12 @@
 //     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md).
 //   - Cost and speed: Send is two Redis round trips (one when this process
 //     holds the thread). A forwarded signal reaches its owner's run about
-//     0.4ms after Send began when one is in flight, and 13-19ms at the
-//     99th percentile at half the maximum rate of a 2-core machine (GC
-//     pauses dominate that tail); 3 runtimes × 1,000 threads on 2 cores ran
-//     8,200-9,800 signals/s. BENCHMARKS.md has the commands and figures.
+//     0.4ms after Send began when one is in flight. At half the maximum rate
+//     of a 2-core machine shared with redis-server, the 99th percentile was
+//     13-25ms with the 3 runtimes in one process (the garbage collector's
+//     cycles cause most of it) and 14-18ms with each in its own process;
+//     3 runtimes × 1,000 threads on those 2 cores ran 7,100-9,800 signals/s.
+//     BENCHMARKS.md has the commands and figures.
 //   - A thread stays with the process that ran it for the linger time after
 //     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
 //     Shorten it with WithLinger when threads should move sooner.
@@ -47,7 +49,9 @@
 //     elsewhere (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s
 //     with 500 signals behind 30s runs). Close starts no run, lets running
 //     runs finish, and hands its signals to the live runtimes, which start
-//     them within a recovery interval (TestProcCloseHandsOver).
+//     them within a recovery interval (TestProcCloseHandsOver); a Send
+//     still publishing when Close began reports Forwarded and is run by
+//     another runtime as promptly (TestSendWokeDuringClose).
 //   - Limits: see "Limits" below (dedupe window and size, Cancel's reach,
 //     what a pubsub without optional capabilities loses).
 //
@@ -223,8 +227,13 @@
 // Cancel (its lease still live) counts its signals as done, like a run that
 // returned: they are recorded and acked, not run again, and the tenure goes
 // on to the next queued signal in inbox order. With [DropQueued], Cancel
-// first publishes a mark into the thread's inbox; the owner then records
-// and acks, without running, every entry before the mark. An owner that
+// first publishes a mark into the thread's inbox (with a wake notice, so
+// that a runtime reads it and the inbox is deleted when nobody holds the
+// thread); the owner then records and acks, without running, every entry
+// before the mark. The mark is recorded in the done record as it is read:
+// a request that reaches the owner after its mark was read (a Send woke
+// the owner in between) drops nothing, so signals sent after Cancel
+// returned always run (TestDropMarkRaceNatural). An owner that
 // does not answer before Cancel's ctx ends (or [DefaultControlTimeout])
 // makes Cancel fail with [ErrUnreachable]; a process that answers it has no
 // tenure of the thread makes Cancel read the lease again (the thread moved)

@@ -67,6 +67,10 @@ type groupSub struct {
 	lostFrom    string
 	seenSince   map[string]bool
 	cleanChecks int
+	// claiming (guarded by mu) holds the ids a claim or a lost-read
+	// recovery is fetching, until they are queued (in inflight): neither
+	// takes an id the other is taking.
+	claiming map[string]bool
 
 	// due holds nacked entries whose redelivery delay has passed, for
 	// retryLoop; dueCh wakes it. Waiting entries hold no handler and no
@@ -306,6 +310,7 @@ func (g *groupSub) cleanup() error {
 	if err := g.s.acks.flush(ctx); err != nil {
 		return err
 	}
+	g.handBackUnseen(ctx)
 	// The consumer goes only if it holds nothing, checked and deleted in
 	// one step: the entries handed back above, or those of a read whose
 	// reply was lost (runReads), must keep it. Otherwise it stays until a
@@ -322,6 +327,32 @@ func (g *groupSub) saw(id string) {
 	}
 	if g.seenSince != nil {
 		g.seenSince[id] = true
+	}
+	g.mu.Unlock()
+}
+
+// reserveLocked marks id as being claimed or recovered, unless it is
+// queued here or already being taken; it reports whether it did. Call with
+// g.mu held.
+func (g *groupSub) reserveLocked(id string) bool {
+	if _, queued := g.inflight[id]; queued || g.claiming[id] {
+		return false
+	}
+	if g.claiming == nil {
+		g.claiming = map[string]bool{}
+	}
+	g.claiming[id] = true
+	return true
+}
+
+// release ends the reservations of ids (queued by now, or given up).
+func (g *groupSub) release(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	g.mu.Lock()
+	for _, id := range ids {
+		delete(g.claiming, id)
 	}
 	g.mu.Unlock()
 }
@@ -354,7 +385,7 @@ func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
 // checks end after two clean ones in a row: a read the server ran late (it
 // had stalled, and runs what it buffered as it resumes) runs no later than
 // the first command answered after it resumed.
-func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int) (msgs []*groupMsg, ok bool) {
+func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int) (msgs []*groupMsg, reserved []string, ok bool) {
 	for _, xs := range res {
 		for _, msg := range xs.Messages {
 			msgs = append(msgs, &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now})
@@ -368,10 +399,10 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		g.mu.Lock()
 		g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
 		g.mu.Unlock()
-		return msgs, true
+		return msgs, nil, true
 	case err != nil:
 		g.cleanChecks = 0
-		return nil, false
+		return nil, nil, false
 	}
 	read := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
@@ -379,8 +410,9 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	}
 	g.mu.Lock()
 	for _, p := range pend {
-		if _, known := g.inflight[p.ID]; !known && !g.seenSince[p.ID] && !read[p.ID] {
+		if !g.seenSince[p.ID] && !read[p.ID] && g.reserveLocked(p.ID) {
 			msgs = append(msgs, &groupMsg{id: p.ID, attempt: max(int(p.RetryCount), 1), received: now})
+			reserved = append(reserved, p.ID)
 		}
 	}
 	g.mu.Unlock()
@@ -390,7 +422,7 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 			g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
 			g.mu.Unlock()
 		}
-		return msgs, true
+		return msgs, nil, true
 	}
 	g.cleanChecks = 0
 	slices.SortFunc(msgs, func(a, b *groupMsg) int { return compareStreamIDs(a.id, b.id) })
@@ -403,7 +435,8 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		}
 	}
 	if _, err := pipe.Exec(g.ctx); err != nil && err != redis.Nil {
-		return nil, false
+		g.release(reserved)
+		return nil, nil, false
 	}
 	var gone []string
 	kept := msgs[:0]
@@ -421,7 +454,43 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	if len(gone) > 0 {
 		_ = g.s.b.client.XAck(g.ctx, g.key, g.group, gone...).Err()
 	}
-	return kept, true
+	return kept, reserved, true
+}
+
+// handBackUnseen hands back, as cleanup does the unstarted ones, what reads
+// whose replies were lost delivered here unseen (the subscription stopped
+// before it found them all): the entries pending here above lostFrom that
+// it never received, with the count of that delivery undone, so that the
+// next consumer runs them as the attempt they are.
+func (g *groupSub) handBackUnseen(ctx context.Context) {
+	g.mu.Lock()
+	suspect, from, seen := g.suspect, g.lostFrom, g.seenSince
+	g.mu.Unlock()
+	if !suspect {
+		return
+	}
+	start := "-"
+	if from != "" {
+		start = "(" + from
+	}
+	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: start, End: "+", Count: 10 * lostBatch, Consumer: g.consumer,
+	}).Result()
+	if err != nil {
+		return // they stay pending here, reclaimed after the ack deadline
+	}
+	args := []any{g.group, g.consumer, int64(365 * 24 * time.Hour / time.Millisecond)}
+	for _, p := range pend {
+		if !seen[p.ID] {
+			args = append(args, p.ID, max(p.RetryCount-1, 0))
+		}
+	}
+	if len(args) > 3 {
+		if err := handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err(); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: hand back the entries of lost reads failed; they are reclaimed after the ack deadline",
+				"topic", g.topic, "group", g.group, "err", err)
+		}
+	}
 }
 
 // queueRead queues the entries of a read (their first delivery) for the
@@ -593,7 +662,7 @@ func (g *groupSub) readLoop() {
 		}
 		bo.Reset()
 		if chk != nil {
-			msgs, ok := g.recoverLost(chk, res, now, n)
+			msgs, reserved, ok := g.recoverLost(chk, res, now, n)
 			if !ok {
 				g.putTokens(n)
 				g.fail(errors.New("checking for the entries of a lost read failed"), &bo)
@@ -601,6 +670,7 @@ func (g *groupSub) readLoop() {
 				continue
 			}
 			g.queueMsgs(msgs)
+			g.release(reserved) // queued (or left pending, for the next check)
 			g.putTokens(n - len(msgs))
 			more = true // read again (and check again) until two checks are clean
 			if !g.suspect {
@@ -783,18 +853,28 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	counts := make(map[string]int64, len(pend))
 	var ids []string
 	from := map[string]bool{} // the other consumers the entries are taken from
+	unseen := map[string]bool{}
 	g.mu.Lock()
 	for _, p := range pend {
-		if _, mine := g.inflight[p.ID]; mine {
-			continue
+		own := p.Consumer == g.consumer
+		if own && g.suspect && (g.lostFrom == "" || compareStreamIDs(p.ID, g.lostFrom) > 0) {
+			continue // a lost read's: the read loop recovers it, in order
+		}
+		if !g.reserveLocked(p.ID) {
+			continue // queued here, or being taken by a recovery
 		}
 		counts[p.ID] = p.RetryCount
 		ids = append(ids, p.ID)
-		if p.Consumer != g.consumer {
+		if !own {
 			from[p.Consumer] = true
+		} else {
+			// Pending here and unknown here: delivered by a read whose
+			// reply was lost, never run. Its next delivery is this one.
+			unseen[p.ID] = true
 		}
 	}
 	g.mu.Unlock()
+	defer g.release(ids)
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -820,7 +900,11 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 		claimed[msg.ID] = true
 		g.saw(msg.ID)
-		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
+		attempt := int(counts[msg.ID]) + 1
+		if unseen[msg.ID] {
+			attempt = max(int(counts[msg.ID]), 1)
+		}
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: attempt, received: now}
 		g.mu.Lock()
 		g.inflight[m.id] = m
 		g.mu.Unlock()

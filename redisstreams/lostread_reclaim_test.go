@@ -1,0 +1,106 @@
+package redisstreams
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// TestStallLongerThanBackoffDeadLettersNothing: the stall of
+// TestStalledReadDeadLettersNothingUnrun, long enough that the read loop's
+// backoff has grown (ReadTimeout 150ms so that it takes 3s, not 25s with
+// go-redis's 3s default): after the server resumes, the read loop sleeps
+// its backoff before the check that would recover the lost entries, while
+// the subscription's own reclaim pass (every AckDeadline/2) claims them as
+// stale: attempt 2, dead-lettered unrun under MaxDeliveries(1). Found by
+// review; now the reclaim pass leaves a lost read's entries to the read
+// loop while it is checking, and counts an unseen entry of its own as the
+// attempt it is.
+func TestStallLongerThanBackoffDeadLettersNothing(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	fails := make(chan struct{}, 100)
+	logger := slog.New(&signalHandler{Handler: slog.Default().Handler(), msg: "redisstreams: group read failed; retrying", ch: fails})
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, ConfigureClient: func(o *redis.Options) {
+		o.ReadTimeout = 150 * time.Millisecond
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+
+	var dead atomic.Int64
+	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
+		dead.Add(1)
+		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
+		return nil
+	}, pubsub.StartFrom(pubsub.Earliest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dsub.Unsubscribe(ctx)
+
+	var ran atomic.Int64
+	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+		ran.Add(1)
+		t.Logf("%s ran %s attempt %d", time.Now().Format("15:04:05.000"), e.Type, e.DeliveryAttempt)
+		return nil
+	}, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand(),
+		pubsub.MaxDeliveries(1), pubsub.AckDeadline(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe(ctx)
+	time.Sleep(200 * time.Millisecond)
+
+	const n = 3
+	for range n {
+		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Pause(t)
+	sub.(pubsub.Kicker).Kick()
+	// Resume right after the 8th failed read: the read loop then sleeps
+	// its backoff (1s..2s) before its next read.
+	for i := 0; i < 8; i++ {
+		<-fails
+	}
+	srv.Resume(t)
+	t.Logf("%s resumed", time.Now().Format("15:04:05.000"))
+	deadline := time.Now().Add(10 * time.Second)
+	for ran.Load()+dead.Load() < n && time.Now().Before(deadline) {
+		sub.(pubsub.Kicker).Kick()
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	t.Logf("handler ran %d, dead letters %d", ran.Load(), dead.Load())
+	if ran.Load() != n {
+		t.Errorf("handler ran %d of %d entries; %d dead-lettered unrun under MaxDeliveries(1)", ran.Load(), n, dead.Load())
+	}
+}
+
+// signalHandler sends on ch for each record whose message is msg.
+type signalHandler struct {
+	slog.Handler
+	msg string
+	ch  chan struct{}
+}
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}

@@ -310,6 +310,10 @@ func (g *groupSub) cleanup() error {
 	if err := g.s.acks.flush(ctx); err != nil {
 		return err
 	}
+	// Twice: a read the server runs late (it stalled and runs what it
+	// buffered as it resumes) runs no later than the first command
+	// answered after it resumed.
+	g.handBackUnseen(ctx)
 	g.handBackUnseen(ctx)
 	// The consumer goes only if it holds nothing, checked and deleted in
 	// one step: the entries handed back above, or those of a read whose
@@ -404,6 +408,23 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		g.cleanChecks = 0
 		return nil, nil, false
 	}
+	// The rest of what is pending here above lostFrom, window after
+	// window: a full window (entries waiting out a redelivery delay, a
+	// large lost read) must not hide older lost entries from the merge.
+	for last := len(pend); last > 0 && last%lostBatch == 0; {
+		more, err := g.s.b.client.XPendingExt(g.ctx, &redis.XPendingExtArgs{
+			Stream: g.key, Group: g.group, Start: "(" + pend[last-1].ID, End: "+", Count: lostBatch, Consumer: g.consumer,
+		}).Result()
+		if err != nil {
+			g.cleanChecks = 0
+			return nil, nil, false
+		}
+		pend = append(pend, more...)
+		if len(more) < lostBatch {
+			break
+		}
+		last = len(pend)
+	}
 	read := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		read[m.id] = true
@@ -417,7 +438,7 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	}
 	g.mu.Unlock()
 	if len(msgs) == len(read) {
-		if g.cleanChecks++; g.cleanChecks >= 2 && len(pend) < lostBatch {
+		if g.cleanChecks++; g.cleanChecks >= 2 {
 			g.mu.Lock()
 			g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
 			g.mu.Unlock()
@@ -628,7 +649,8 @@ func (g *groupSub) readLoop() {
 		}
 		var res []redis.XStream
 		err := g.s.runReads(g.ctx, pipe.Cmds())
-		if err == nil {
+		sent := err == nil
+		if sent {
 			res, err = read.Result()
 		} else {
 			last, after = nil, nil // unanswered: never read them
@@ -643,14 +665,18 @@ func (g *groupSub) readLoop() {
 			continue
 		case isNoGroup(err):
 			g.putTokens(n)
+			g.mu.Lock()
+			g.maxSeen = "" // a new group: ids start over
+			g.mu.Unlock()
 			g.recreate(&bo)
 			more = true
 			continue
 		case err != nil && err != redis.Nil:
 			g.putTokens(n)
-			if g.ctx.Err() == nil && !g.suspect {
-				// It may have run on the server all the same: its
-				// entries would be pending here, unseen.
+			if sent && !g.suspect {
+				// It may have run on the server all the same (also when
+				// the subscription is stopping: cleanup hands back what
+				// it delivered): its entries would be pending here, unseen.
 				g.mu.Lock()
 				g.suspect, g.lostFrom, g.seenSince = true, g.maxSeen, map[string]bool{}
 				g.mu.Unlock()
@@ -853,7 +879,6 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	counts := make(map[string]int64, len(pend))
 	var ids []string
 	from := map[string]bool{} // the other consumers the entries are taken from
-	unseen := map[string]bool{}
 	g.mu.Lock()
 	for _, p := range pend {
 		own := p.Consumer == g.consumer
@@ -867,11 +892,10 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		ids = append(ids, p.ID)
 		if !own {
 			from[p.Consumer] = true
-		} else {
-			// Pending here and unknown here: delivered by a read whose
-			// reply was lost, never run. Its next delivery is this one.
-			unseen[p.ID] = true
 		}
+		// An entry of its own that it does not hold may have run here
+		// (a claim that failed, an ack not written): its next delivery
+		// counts as the next attempt, as any other claim.
 	}
 	g.mu.Unlock()
 	defer g.release(ids)
@@ -900,11 +924,7 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 		claimed[msg.ID] = true
 		g.saw(msg.ID)
-		attempt := int(counts[msg.ID]) + 1
-		if unseen[msg.ID] {
-			attempt = max(int(counts[msg.ID]), 1)
-		}
-		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: attempt, received: now}
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
 		g.mu.Lock()
 		g.inflight[m.id] = m
 		g.mu.Unlock()

@@ -478,6 +478,41 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	return kept, reserved, true
 }
 
+// refreshLost resets the idle time of what lost reads left pending here
+// and the read loop has not taken yet (it takes no more than its tokens at
+// a time), as refreshQueued does for queued entries, so that no other
+// member takes them over as stale while they wait: each only if it is
+// still pending here (hand_back.lua, with idle 0 and the count unchanged).
+func (g *groupSub) refreshLost() {
+	g.mu.Lock()
+	suspect, from := g.suspect, g.lostFrom
+	g.mu.Unlock()
+	if !suspect {
+		return
+	}
+	start := "-"
+	if from != "" {
+		start = "(" + from
+	}
+	pend, err := g.s.b.client.XPendingExt(g.ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: start, End: "+", Count: 10 * lostBatch, Consumer: g.consumer,
+	}).Result()
+	if err != nil {
+		return
+	}
+	args := []any{g.group, g.consumer, 0}
+	g.mu.Lock()
+	for _, p := range pend {
+		if _, queued := g.inflight[p.ID]; !queued && !g.seenSince[p.ID] && !g.claiming[p.ID] {
+			args = append(args, p.ID, p.RetryCount)
+		}
+	}
+	g.mu.Unlock()
+	if len(args) > 3 {
+		_ = handBackScript.Run(g.ctx, g.s.b.client, []string{g.key}, args...).Err()
+	}
+}
+
 // handBackUnseen hands back, as cleanup does the unstarted ones, what reads
 // whose replies were lost delivered here unseen (the subscription stopped
 // before it found them all): the entries pending here above lostFrom that
@@ -1250,6 +1285,7 @@ func (g *groupSub) reclaimLoop() {
 			lastReap = time.Now()
 			g.reapConsumers()
 		}
+		g.refreshLost()
 		if g.cfg.ReadOnDemand && !g.kicked.Swap(false) {
 			// Not told about anything new since the last pass: nobody
 			// is using the subscription's topic, so nothing a stale

@@ -102,5 +102,10 @@
 // subscription's next reads also list what is pending on its consumer and
 // take what it did not see first, in stream order, as the same delivery
 // attempt (TestStalledReadKeepsOrder, TestStalledReadDeadLettersNothingUnrun:
-// a 7s SIGSTOP of the server during a read).
+// a 7s SIGSTOP of the server during a read). The checks end after two
+// clean ones in a row. Limit: a read held in the network past them (a
+// partition that heals while the request is still being retransmitted)
+// delivers entries that only the reclaim pass finds, after AckDeadline, out
+// of order and counted as a second attempt: under MaxDeliveries(1) they are
+// dead-lettered without running.
 package redisstreams

@@ -165,13 +165,8 @@ func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.
 // an invalid publication returns an error wrapping pubsub.ErrInvalid and
 // nothing is published.
 func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
-	for i, p := range ps {
-		if err := pubsub.ValidateTopic(p.Topic); err != nil {
-			return fmt.Errorf("publication %d: %w", i, err)
-		}
-		if _, err := pubsub.PrepareEvent(p.Event); err != nil {
-			return fmt.Errorf("publication %d: %w (topic %q)", i, err, p.Topic)
-		}
+	if err := pubsub.ValidatePublications(ps); err != nil {
+		return err
 	}
 	for i, p := range ps {
 		if err := b.publishTo(ctx, p.Topic, p.Group, p.Event); err != nil {

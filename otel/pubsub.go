@@ -83,13 +83,8 @@ func (b *bus) publish(ctx context.Context, topic, group string, e pubsub.Event) 
 func (b *bus) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
 	bp, ok := b.inner.(pubsub.BatchPublisher)
 	if !ok {
-		for i, p := range ps {
-			if err := pubsub.ValidateTopic(p.Topic); err != nil {
-				return fmt.Errorf("publication %d: %w", i, err)
-			}
-			if _, err := pubsub.PrepareEvent(p.Event); err != nil {
-				return fmt.Errorf("publication %d: %w (topic %q)", i, err, p.Topic)
-			}
+		if err := pubsub.ValidatePublications(ps); err != nil {
+			return err
 		}
 		for i, p := range ps {
 			var err error

@@ -1,6 +1,9 @@
 package pubsub
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // GroupPublisher is an optional capability of a PubSub: publish an event
 // for a consumer group that may not exist yet. Find it with a type
@@ -55,4 +58,20 @@ type Publication struct {
 	// Event is published as Publish would (an empty ID or CreatedAt is
 	// filled in on the backend's copy).
 	Event Event
+}
+
+// ValidatePublications checks every publication of a batch as Publish
+// would check it (topic, event), before anything is sent, for backends and
+// wrappers that implement BatchPublisher: an error wraps ErrInvalid and
+// names the publication's index (and topic).
+func ValidatePublications(ps []Publication) error {
+	for i, p := range ps {
+		if err := ValidateTopic(p.Topic); err != nil {
+			return fmt.Errorf("publication %d: %w", i, err)
+		}
+		if _, err := PrepareEvent(p.Event); err != nil {
+			return fmt.Errorf("publication %d: %w (topic %q)", i, err, p.Topic)
+		}
+	}
+	return nil
 }

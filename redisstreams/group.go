@@ -292,7 +292,7 @@ func (g *groupSub) cleanup() error {
 	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
 	if len(back) > 0 {
-		args := []any{g.group, g.consumer, int64(365 * 24 * time.Hour / time.Millisecond)}
+		args := []any{g.group, g.consumer, handBackIdle}
 		for _, m := range back {
 			count := m.attempt - 1 // unstarted: undo our read or claim
 			if m.waiting {
@@ -364,17 +364,25 @@ func (g *groupSub) release(ids []string) {
 // lostBatch is the most entries a lost-read check lists at once.
 const lostBatch = 512
 
+// handBackIdle is the idle time, in ms, a hand-back gives an entry: a year,
+// so that any member may claim it at once.
+const handBackIdle = int64(365 * 24 * time.Hour / time.Millisecond)
+
+// ownPending lists up to count entries pending on this consumer with ids
+// above after ("": from the start).
+func (g *groupSub) ownPending(after string, count int64) *redis.XPendingExtArgs {
+	start := "-"
+	if after != "" {
+		start = "(" + after
+	}
+	return &redis.XPendingExtArgs{Stream: g.key, Group: g.group, Start: start, End: "+", Count: count, Consumer: g.consumer}
+}
+
 // checkLost is the part of a read pipeline that looks for a lost read: the
 // entries pending on this consumer above the highest id it had received
 // when a read first failed (lostFrom).
 func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
-	from := "-"
-	if g.lostFrom != "" {
-		from = "(" + g.lostFrom
-	}
-	return pipe.XPendingExt(g.ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Start: from, End: "+", Count: lostBatch, Consumer: g.consumer,
-	})
+	return pipe.XPendingExt(g.ctx, g.ownPending(g.lostFrom, lostBatch))
 }
 
 // recoverLost merges what a read returned with what failed reads delivered
@@ -412,9 +420,7 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	// window: a full window (entries waiting out a redelivery delay, a
 	// large lost read) must not hide older lost entries from the merge.
 	for last := len(pend); last > 0 && last%lostBatch == 0; {
-		more, err := g.s.b.client.XPendingExt(g.ctx, &redis.XPendingExtArgs{
-			Stream: g.key, Group: g.group, Start: "(" + pend[last-1].ID, End: "+", Count: lostBatch, Consumer: g.consumer,
-		}).Result()
+		more, err := g.s.b.client.XPendingExt(g.ctx, g.ownPending(pend[last-1].ID, lostBatch)).Result()
 		if err != nil {
 			g.cleanChecks = 0
 			return nil, nil, false
@@ -490,13 +496,7 @@ func (g *groupSub) refreshLost() {
 	if !suspect {
 		return
 	}
-	start := "-"
-	if from != "" {
-		start = "(" + from
-	}
-	pend, err := g.s.b.client.XPendingExt(g.ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Start: start, End: "+", Count: 10 * lostBatch, Consumer: g.consumer,
-	}).Result()
+	pend, err := g.s.b.client.XPendingExt(g.ctx, g.ownPending(from, 10*lostBatch)).Result()
 	if err != nil {
 		return
 	}
@@ -525,17 +525,11 @@ func (g *groupSub) handBackUnseen(ctx context.Context) {
 	if !suspect {
 		return
 	}
-	start := "-"
-	if from != "" {
-		start = "(" + from
-	}
-	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Start: start, End: "+", Count: 10 * lostBatch, Consumer: g.consumer,
-	}).Result()
+	pend, err := g.s.b.client.XPendingExt(ctx, g.ownPending(from, 10*lostBatch)).Result()
 	if err != nil {
 		return // they stay pending here, reclaimed after the ack deadline
 	}
-	args := []any{g.group, g.consumer, int64(365 * 24 * time.Hour / time.Millisecond)}
+	args := []any{g.group, g.consumer, handBackIdle}
 	for _, p := range pend {
 		if !seen[p.ID] {
 			args = append(args, p.ID, max(p.RetryCount-1, 0))

@@ -27,8 +27,7 @@ func TestLostReadRecoveredOnce(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	fails := make(chan struct{}, 100)
-	logger := slog.New(&signalHandler{Handler: slog.Default().Handler(), msg: "redisstreams: group read failed; retrying", ch: fails})
+	logger, fails := readFailures(slog.Default().Handler())
 	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, BatchSize: 4, ConfigureClient: func(o *redis.Options) {
 		o.ReadTimeout = 2 * time.Second
 	}})

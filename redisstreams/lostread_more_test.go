@@ -35,15 +35,7 @@ func TestUnsubscribeDuringStalledReadHandsBack(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	var dead, ran atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 	h := func(ctx context.Context, e pubsub.Event) error {
 		ran.Add(1)
 		t.Logf("ran %s attempt %d", e.Type, e.DeliveryAttempt)
@@ -57,11 +49,7 @@ func TestUnsubscribeDuringStalledReadHandsBack(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	const n = 3
-	for range n {
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	sub.(pubsub.Kicker).Kick()
 	time.Sleep(100 * time.Millisecond) // the read is on the wire
@@ -108,14 +96,7 @@ func TestFailedRetryClaimCountsAnAttempt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	var dead atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 	var mu sync.Mutex
 	var attempts []int
 	first := make(chan struct{}, 1)
@@ -161,8 +142,7 @@ func TestManyLostEntriesKeepOrder(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	fails := make(chan struct{}, 100)
-	logger := slog.New(&signalHandler{Handler: slog.NewTextHandler(io.Discard, nil), msg: "redisstreams: group read failed; retrying", ch: fails})
+	logger, fails := readFailures(slog.NewTextHandler(io.Discard, nil))
 	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, BatchSize: 600, ConfigureClient: func(o *redis.Options) {
 		o.ReadTimeout = 300 * time.Millisecond
 	}})
@@ -240,8 +220,7 @@ func TestWaitingEntriesDoNotHideLost(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	fails := make(chan struct{}, 100)
-	logger := slog.New(&signalHandler{Handler: slog.NewTextHandler(io.Discard, nil), msg: "redisstreams: group read failed; retrying", ch: fails})
+	logger, fails := readFailures(slog.NewTextHandler(io.Discard, nil))
 	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, BatchSize: 600, ConfigureClient: func(o *redis.Options) {
 		o.ReadTimeout = 300 * time.Millisecond
 	}})

@@ -21,14 +21,12 @@ import (
 // the subscription's own reclaim pass (every AckDeadline/2) claims them as
 // stale: attempt 2, dead-lettered unrun under MaxDeliveries(1). Found by
 // review; now the reclaim pass leaves a lost read's entries to the read
-// loop while it is checking, and counts an unseen entry of its own as the
-// attempt it is.
+// loop while it is checking.
 func TestStallLongerThanBackoffDeadLettersNothing(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	fails := make(chan struct{}, 100)
-	logger := slog.New(&signalHandler{Handler: slog.Default().Handler(), msg: "redisstreams: group read failed; retrying", ch: fails})
+	logger, fails := readFailures(slog.Default().Handler())
 	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, ConfigureClient: func(o *redis.Options) {
 		o.ReadTimeout = 150 * time.Millisecond
 	}})
@@ -38,15 +36,7 @@ func TestStallLongerThanBackoffDeadLettersNothing(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 
 	var dead atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 
 	var ran atomic.Int64
 	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
@@ -62,11 +52,7 @@ func TestStallLongerThanBackoffDeadLettersNothing(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 
 	const n = 3
-	for range n {
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	sub.(pubsub.Kicker).Kick()
 	// Resume right after the 8th failed read: the read loop then sleeps
@@ -86,21 +72,4 @@ func TestStallLongerThanBackoffDeadLettersNothing(t *testing.T) {
 	if ran.Load() != n {
 		t.Errorf("handler ran %d of %d entries; %d dead-lettered unrun under MaxDeliveries(1)", ran.Load(), n, dead.Load())
 	}
-}
-
-// signalHandler sends on ch for each record whose message is msg.
-type signalHandler struct {
-	slog.Handler
-	msg string
-	ch  chan struct{}
-}
-
-func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == h.msg {
-		select {
-		case h.ch <- struct{}{}:
-		default:
-		}
-	}
-	return h.Handler.Handle(ctx, r)
 }

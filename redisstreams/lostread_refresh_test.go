@@ -31,15 +31,7 @@ func TestLeftPendingLostEntriesNotTakenOver(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	var dead, ranA, ranB atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 	opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand(),
 		pubsub.Concurrency(1), pubsub.MaxDeliveries(1), pubsub.AckDeadline(time.Second)}
 	a, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
@@ -53,11 +45,7 @@ func TestLeftPendingLostEntriesNotTakenOver(t *testing.T) {
 	defer a.Unsubscribe(ctx)
 	time.Sleep(200 * time.Millisecond)
 	const n = 10
-	for range n {
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	a.(pubsub.Kicker).Kick()
 	time.Sleep(1200 * time.Millisecond) // reads time out and are sent again

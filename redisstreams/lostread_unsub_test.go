@@ -26,8 +26,7 @@ func TestUnsubscribeWhileSuspectHandsBackLost(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	fails := make(chan struct{}, 100)
-	logger := slog.New(&signalHandler{Handler: slog.Default().Handler(), msg: "redisstreams: group read failed; retrying", ch: fails})
+	logger, fails := readFailures(slog.Default().Handler())
 	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), Logger: logger, ConfigureClient: func(o *redis.Options) {
 		o.ReadTimeout = 500 * time.Millisecond
 	}})
@@ -37,15 +36,7 @@ func TestUnsubscribeWhileSuspectHandsBackLost(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 
 	var dead, ran atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 
 	h := func(ctx context.Context, e pubsub.Event) error {
 		ran.Add(1)
@@ -60,11 +51,7 @@ func TestUnsubscribeWhileSuspectHandsBackLost(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	const n = 3
-	for range n {
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	sub.(pubsub.Kicker).Kick()
 	<-fails

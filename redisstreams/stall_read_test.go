@@ -32,15 +32,7 @@ func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 
 	var dead atomic.Int64
-	dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic("t"), func(ctx context.Context, e pubsub.Event) error {
-		dead.Add(1)
-		t.Logf("dead letter: %s reason=%q", e.Type, e.Metadata[pubsub.MetaDeadReason])
-		return nil
-	}, pubsub.StartFrom(pubsub.Earliest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dsub.Unsubscribe(ctx)
+	countDeadLetters(t, b, "t", &dead)
 
 	var ran atomic.Int64
 	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
@@ -55,11 +47,7 @@ func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // first read done
 
 	const n = 3
-	for range n {
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	sub.(pubsub.Kicker).Kick()  // the read goes to a stopped server
 	time.Sleep(7 * time.Second) // past go-redis's ReadTimeout (3s)

@@ -29,9 +29,14 @@ func benchCmdStats(b *testing.B, c *redis.Client) (map[string]int64, float64) {
 		if name, rest, ok := strings.Cut(line, ":"); ok {
 			switch {
 			case strings.HasPrefix(name, "cmdstat_"):
-				f, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				f, more, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 				n, _ := strconv.ParseInt(f, 10, 64)
 				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+				// The server's time in the command (µs), kept under a
+				// "usec:" key so that the log can show where its CPU goes.
+				u, _, _ := strings.Cut(strings.TrimPrefix(more, "usec="), ",")
+				us, _ := strconv.ParseInt(u, 10, 64)
+				calls["usec:"+strings.TrimPrefix(name, "cmdstat_")] = us
 			case name == "used_cpu_user" || name == "used_cpu_sys":
 				v, _ := strconv.ParseFloat(rest, 64)
 				cpu += v
@@ -42,7 +47,9 @@ func benchCmdStats(b *testing.B, c *redis.Client) (map[string]int64, float64) {
 }
 
 // benchLogCmdStats logs the commands redis-server ran between two
-// benchCmdStats readings, per signal, most frequent first, and its CPU.
+// benchCmdStats readings, per signal, most frequent first, each with the
+// server's time in it per signal (a script's time includes the commands it
+// calls, which are also counted on their own), and its CPU.
 func benchLogCmdStats(b *testing.B, before, after map[string]int64, cpu0, cpu1 float64, n int) {
 	type kv struct {
 		k string
@@ -50,7 +57,12 @@ func benchLogCmdStats(b *testing.B, before, after map[string]int64, cpu0, cpu1 f
 	}
 	var all []kv
 	var total int64
+	usec := map[string]int64{}
 	for k, v := range after {
+		if name, ok := strings.CutPrefix(k, "usec:"); ok {
+			usec[name] = v - before[k]
+			continue
+		}
 		if d := v - before[k]; d > 0 {
 			all = append(all, kv{k, d})
 			total += d
@@ -59,7 +71,7 @@ func benchLogCmdStats(b *testing.B, before, after map[string]int64, cpu0, cpu1 f
 	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
 	var sb strings.Builder
 	for _, e := range all {
-		fmt.Fprintf(&sb, " %s=%.2f", e.k, float64(e.v)/float64(n))
+		fmt.Fprintf(&sb, " %s=%.2f(%.1fµs)", e.k, float64(e.v)/float64(n), float64(usec[e.k])/float64(n))
 	}
 	b.Logf("redis-server: %.2f commands/signal, %.1f µs CPU/signal;%s", float64(total)/float64(n), (cpu1-cpu0)*1e6/float64(n), sb.String())
 }

@@ -58,6 +58,11 @@
 // died holding nothing is deleted by a live member of the group after it
 // was idle for 10 minutes (TestDeadMembersConsumerGoes). Each deletion
 // checks and deletes in one script, only a consumer that holds nothing.
+// Each group subscription also has a read guard, a small key in its
+// stream's hash slot (<prefix>:{<topic>}:rguard:<consumer>, see "Clients and
+// deadlines"): created as the subscription starts, deleted as it stops, and
+// expiring 10 minutes after the subscription's last read when it is left
+// behind (a member that died, a server that did not answer its cleanup).
 //
 // # Eviction
 //
@@ -95,17 +100,22 @@
 // when Redis stops answering; New logs a warning for such a client.
 //
 // go-redis retries a command that timed out or lost its connection
-// (MaxRetries). Group reads are the exception: a retried XREADGROUP would
-// deliver entries to the consumer that nobody sees, so each read carries a
-// command go-redis never retries. After a failed read, which the server may
-// have run all the same (it stalled and ran it as it resumed), the
-// subscription's next reads also list what is pending on its consumer and
-// take what it did not see first, in stream order, as the same delivery
-// attempt (TestStalledReadKeepsOrder, TestStalledReadDeadLettersNothingUnrun:
-// a 7s SIGSTOP of the server during a read). The checks end after two
-// clean ones in a row. Limit: a read held in the network past them (a
-// partition that heals while the request is still being retransmitted)
-// delivers entries that only the reclaim pass finds, after AckDeadline, out
-// of order and counted as a second attempt: under MaxDeliveries(1) they are
-// dead-lettered without running.
+// (MaxRetries). Group reads are the exception: a read that runs after its
+// client gave up would deliver entries to the consumer that nobody sees, so
+// each read carries a command go-redis never retries, and each is an
+// XREADGROUP inside a script (read.lua) that runs only if no later read of
+// the same consumer ran and its subscription has not stopped: it checks and
+// raises a sequence number kept in the subscription's read guard. A read
+// that the network delivers late (a partition that heals while the request
+// is still being retransmitted, a server that stalled) therefore delivers
+// nothing once a later read ran (TestLateReadAfterChecksRunsNothing: a read
+// held by a proxy past go-redis's ReadTimeout and released after later
+// reads). Up to then it may run: after a failed read, the subscription's
+// next reads are each followed, in the same pipeline, by a listing of what
+// is pending on its consumer, and take what they did not see first, in
+// stream order, as the same delivery attempt, until one listing finds
+// nothing (TestStalledReadKeepsOrder, TestStalledReadDeadLettersNothingUnrun:
+// a 7s SIGSTOP of the server during a read). A stopping subscription
+// deletes its guard before it hands back what such a read delivered. Each
+// read costs one script call more on the server than a bare XREADGROUP.
 package redisstreams

@@ -54,19 +54,25 @@ type groupSub struct {
 	bellOn     *fanReader
 	bellCursor string
 
+	// guard is the consumer's read guard key (read.lua) and readSeq the
+	// sequence number of its latest read (readLoop's): a read runs on the
+	// server only if no later one ran and the subscription has not ended.
+	guard   string
+	readSeq uint64
+
 	// maxSeen (guarded by mu) is the highest entry id this subscription
 	// received, by a read or a claim. suspect says a read failed in a way
 	// that may have run it on the server all the same (a timeout, a cut
-	// connection): until two checks in a row find nothing, each read also
-	// lists what is pending here above lostFrom (maxSeen at the first
-	// failure) and takes, in order, what it did not see (recoverLost);
-	// seenSince (guarded by mu) holds the ids received meanwhile. The rest
-	// belongs to readLoop.
-	maxSeen     string
-	suspect     bool
-	lostFrom    string
-	seenSince   map[string]bool
-	cleanChecks int
+	// connection): until a check that follows a read that ran (in the same
+	// pipeline) finds nothing, each read is followed by a listing of what
+	// is pending here above lostFrom (maxSeen at the first failure), and
+	// takes, in order, what it did not see (recoverLost); seenSince
+	// (guarded by mu) holds the ids received meanwhile. The rest belongs to
+	// readLoop.
+	maxSeen   string
+	suspect   bool
+	lostFrom  string
+	seenSince map[string]bool
 	// claiming (guarded by mu) holds the ids a claim or a lost-read
 	// recovery is fetching, until they are queued (in inflight): neither
 	// takes an id the other is taking.
@@ -112,7 +118,9 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	if cfg.StartFrom == pubsub.Earliest {
 		start = "0"
 	}
-	if err := s.createGroup(ctx, key, cfg.Group, start); err != nil {
+	consumer := s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10)
+	guard := s.b.keys.StreamMeta(topic, "rguard:"+consumer)
+	if err := s.createGroupAndGuard(ctx, key, cfg.Group, start, guard); err != nil {
 		return nil, err
 	}
 	// A member reads up to BatchSize entries ahead of its handlers, so that
@@ -130,7 +138,8 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 		topic:    topic,
 		key:      key,
 		group:    cfg.Group,
-		consumer: s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10),
+		consumer: consumer,
+		guard:    guard,
 		p:        p,
 		cfg:      cfg,
 		tokens:   make(chan struct{}, prefetch),
@@ -171,6 +180,29 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	s.add(g)
 	return g, nil
+}
+
+// readGuardTTL is how long a read guard (read.lua) outlives the latest read
+// of its consumer: a subscription that ended without deleting it (its
+// process died, or the server did not answer its cleanup) leaves it that
+// long. A live subscription idle for longer creates it again (readLoop).
+const readGuardTTL = 10 * time.Minute
+
+// createGroupAndGuard creates the group at start with MKSTREAM (an existing
+// group keeps its position) and a new consumer's read guard (read.lua), in
+// one round trip.
+func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
+	pipe := s.b.client.Pipeline()
+	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
+	set := pipe.Set(ctx, guard, 0, readGuardTTL)
+	_, _ = pipe.Exec(ctx)
+	if err := create.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
+	}
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("redisstreams: create the read guard of %q: %w", key, err)
+	}
+	return nil
 }
 
 // createGroup creates the group at start with MKSTREAM; an existing group
@@ -310,10 +342,15 @@ func (g *groupSub) cleanup() error {
 	if err := g.s.acks.flush(ctx); err != nil {
 		return err
 	}
-	// Twice: a read the server runs late (it stalled and runs what it
-	// buffered as it resumes) runs no later than the first command
-	// answered after it resumed.
-	g.handBackUnseen(ctx)
+	// No read of this consumer runs from now on, however late the network
+	// delivers it (read.lua refuses it without its guard), so one look
+	// finds every entry a lost read delivered here. If the guard could not
+	// be deleted, a second look (a server that stalled runs what it
+	// buffered no later than the first command it answers as it resumes)
+	// and the guard's expiry are what is left.
+	if err := g.s.b.client.Del(ctx, g.guard).Err(); err != nil {
+		g.handBackUnseen(ctx)
+	}
 	g.handBackUnseen(ctx)
 	// The consumer goes only if it holds nothing, checked and deleted in
 	// one step: the entries handed back above, or those of a read whose
@@ -380,7 +417,9 @@ func (g *groupSub) ownPending(after string, count int64) *redis.XPendingExtArgs 
 
 // checkLost is the part of a read pipeline that looks for a lost read: the
 // entries pending on this consumer above the highest id it had received
-// when a read first failed (lostFrom).
+// when a read first failed (lostFrom). It follows the read in the pipeline:
+// once that read ran, no earlier one can (read.lua), so what a failed read
+// delivered is pending here by then or never will be.
 func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
 	return pipe.XPendingExt(g.ctx, g.ownPending(g.lostFrom, lostBatch))
 }
@@ -394,9 +433,9 @@ func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
 // as a redelivery, nor as an extra attempt towards MaxDeliveries. It
 // returns ok false when it could not fetch them: then nothing is queued,
 // and every entry the read returned is left for the next check too. The
-// checks end after two clean ones in a row: a read the server ran late (it
-// had stalled, and runs what it buffered as it resumes) runs no later than
-// the first command answered after it resumed.
+// checks end with the first clean one: it followed a read that ran, after
+// which no earlier read runs, however late the network delivers it
+// (read.lua refuses it).
 func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int) (msgs []*groupMsg, reserved []string, ok bool) {
 	for _, xs := range res {
 		for _, msg := range xs.Messages {
@@ -409,11 +448,10 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		// The group is gone (the next read creates it again): nothing is
 		// pending in it.
 		g.mu.Lock()
-		g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
+		g.lostFrom, g.seenSince, g.suspect = "", nil, false
 		g.mu.Unlock()
 		return msgs, nil, true
 	case err != nil:
-		g.cleanChecks = 0
 		return nil, nil, false
 	}
 	// The rest of what is pending here above lostFrom, window after
@@ -422,7 +460,6 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	for last := len(pend); last > 0 && last%lostBatch == 0; {
 		more, err := g.s.b.client.XPendingExt(g.ctx, g.ownPending(pend[last-1].ID, lostBatch)).Result()
 		if err != nil {
-			g.cleanChecks = 0
 			return nil, nil, false
 		}
 		pend = append(pend, more...)
@@ -444,14 +481,11 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 	}
 	g.mu.Unlock()
 	if len(msgs) == len(read) {
-		if g.cleanChecks++; g.cleanChecks >= 2 {
-			g.mu.Lock()
-			g.lostFrom, g.seenSince, g.cleanChecks, g.suspect = "", nil, 0, false
-			g.mu.Unlock()
-		}
+		g.mu.Lock()
+		g.lostFrom, g.seenSince, g.suspect = "", nil, false
+		g.mu.Unlock()
 		return msgs, nil, true
 	}
-	g.cleanChecks = 0
 	slices.SortFunc(msgs, func(a, b *groupMsg) int { return compareStreamIDs(a.id, b.id) })
 	msgs = msgs[:min(len(msgs), n)]
 	pipe := g.s.b.client.Pipeline()
@@ -646,41 +680,37 @@ func (g *groupSub) readLoop() {
 		default:
 		}
 		var last, after *redis.XMessageSliceCmd
-		var read *redis.XStreamSliceCmd
-		args := &redis.XReadGroupArgs{
-			Group:    g.group,
-			Consumer: g.consumer,
-			Streams:  []string{g.key, ">"},
-			Count:    int64(n),
-			Block:    -1,
-		}
 		// The commands are built on a pipeline that is never executed
 		// and sent by runReads, with other subscriptions' reads.
 		pipe := g.s.b.client.Pipeline()
 		// A command go-redis never retries makes it retry none of the
 		// pipeline (per node on a Cluster, hence one per read): a retried
-		// XREADGROUP would deliver entries to this consumer that nobody
-		// sees. A failed read is recovered from instead (recoverLost).
+		// read would be refused (read.lua) and have to be recovered from.
 		_ = pipe.Process(g.ctx, redis.NewRawWriteToCmd(g.ctx, io.Discard, "XLEN", g.key))
-		var chk *redis.XPendingExtCmd
-		if g.suspect {
-			chk = g.checkLost(pipe) // before the read: see recoverLost
+		if !g.cfg.ReadOnDemand {
+			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
 		}
+		// XREADGROUP ... > in read.lua: it runs only if no later read of
+		// this consumer ran and the subscription has not ended, so a read
+		// the network delivers late runs nothing.
+		g.readSeq++
+		read := pipe.EvalSha(g.ctx, readScript.Hash(), []string{g.key, g.guard},
+			g.group, g.consumer, n, g.readSeq, readGuardTTL.Milliseconds())
 		if g.cfg.ReadOnDemand {
 			// The stream's last entry, read right after: when the read
 			// returned it, nothing the kick covers is left unread, and
 			// no second read is needed to find that out.
-			read = pipe.XReadGroup(g.ctx, args)
 			after = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
-		} else {
-			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
-			read = pipe.XReadGroup(g.ctx, args)
+		}
+		var chk *redis.XPendingExtCmd
+		if g.suspect {
+			chk = g.checkLost(pipe) // after the read: see checkLost
 		}
 		var res []redis.XStream
 		err := g.s.runReads(g.ctx, pipe.Cmds())
 		sent := err == nil
 		if sent {
-			res, err = read.Result()
+			res, err = readReply(read)
 		} else {
 			last, after = nil, nil // unanswered: never read them
 		}
@@ -691,6 +721,23 @@ func (g *groupSub) readLoop() {
 			g.putTokens(n)
 			more = false
 			g.setBell(last, nil)
+			continue
+		case isNoScript(err):
+			// Never ran: the server lost its scripts (a restart).
+			g.putTokens(n)
+			if lerr := readScript.Load(g.ctx, g.s.b.client).Err(); lerr != nil {
+				g.fail(lerr, &bo)
+			}
+			more = true
+			continue
+		case redis.HasErrorPrefix(err, "NOGUARD"):
+			// Never ran: the guard expired (no read for readGuardTTL) or
+			// the server lost it. Reads up to this one stay refused.
+			g.putTokens(n)
+			if serr := g.s.b.client.Set(g.ctx, g.guard, g.readSeq, readGuardTTL).Err(); serr != nil {
+				g.fail(serr, &bo)
+			}
+			more = true
 			continue
 		case isNoGroup(err):
 			g.putTokens(n)
@@ -710,7 +757,6 @@ func (g *groupSub) readLoop() {
 				g.suspect, g.lostFrom, g.seenSince = true, g.maxSeen, map[string]bool{}
 				g.mu.Unlock()
 			}
-			g.cleanChecks = 0
 			g.fail(err, &bo)
 			more = true
 			continue
@@ -727,7 +773,7 @@ func (g *groupSub) readLoop() {
 			g.queueMsgs(msgs)
 			g.release(reserved) // queued (or left pending, for the next check)
 			g.putTokens(n - len(msgs))
-			more = true // read again (and check again) until two checks are clean
+			more = true // read again (and check again) until a check is clean
 			if !g.suspect {
 				more = len(msgs) == n && !readToEnd(res, after)
 				if !more {
@@ -743,6 +789,57 @@ func (g *groupSub) readLoop() {
 			g.setBell(last, res)
 		}
 	}
+}
+
+// readReply decodes what read.lua returned: XREADGROUP's reply as Lua
+// passes it on (arrays), or its error (redis.Nil when nothing was new).
+func readReply(cmd *redis.Cmd) ([]redis.XStream, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	bad := func() ([]redis.XStream, error) {
+		return nil, fmt.Errorf("redisstreams: unexpected read reply %v", v)
+	}
+	streams, ok := v.([]any)
+	if !ok {
+		return bad()
+	}
+	res := make([]redis.XStream, 0, len(streams))
+	for _, st := range streams {
+		pair, ok := st.([]any)
+		if !ok || len(pair) != 2 {
+			return bad()
+		}
+		name, _ := pair[0].(string)
+		entries, ok := pair[1].([]any)
+		if !ok {
+			return bad()
+		}
+		msgs := make([]redis.XMessage, 0, len(entries))
+		for _, e := range entries {
+			ent, ok := e.([]any)
+			if !ok || len(ent) != 2 {
+				return bad()
+			}
+			id, ok := ent[0].(string)
+			if !ok {
+				return bad()
+			}
+			fields, _ := ent[1].([]any)
+			values := make(map[string]any, len(fields)/2)
+			for i := 0; i+1 < len(fields); i += 2 {
+				k, ok := fields[i].(string)
+				if !ok {
+					return bad()
+				}
+				values[k] = fields[i+1]
+			}
+			msgs = append(msgs, redis.XMessage{ID: id, Values: values})
+		}
+		res = append(res, redis.XStream{Stream: name, Messages: msgs})
+	}
+	return res, nil
 }
 
 // readToEnd reports whether a read returned the stream's last entry as

@@ -16,6 +16,10 @@ var (
 	//go:embed lua/hand_back.lua
 	handBackLua    string
 	handBackScript = redis.NewScript(handBackLua)
+
+	//go:embed lua/read.lua
+	readLua    string
+	readScript = redis.NewScript(readLua)
 )
 
 const (

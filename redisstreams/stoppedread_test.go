@@ -20,18 +20,31 @@ type readTally struct {
 	n  map[string]int
 }
 
-// count counts the XREADGROUPs among cmds, a pipeline that was answered.
+// groupReadOf returns the consumer of c when c is a group read (read.lua's
+// EVALSHA: evalsha, sha, 2, stream, guard, group, consumer, ...).
+func groupReadOf(c redis.Cmder) (string, bool) {
+	a := c.Args()
+	if !strings.EqualFold(c.Name(), "evalsha") || len(a) < 7 || a[1] != readScript.Hash() {
+		return "", false
+	}
+	name, ok := a[6].(string)
+	return name, ok
+}
+
+// count counts the group reads that ran among cmds, a pipeline that was
+// answered (not those refused with NOSCRIPT before the script was loaded).
 func (r *readTally) count(cmds []redis.Cmder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range cmds {
-		if a := c.Args(); strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 {
-			if name, ok := a[3].(string); ok {
-				if r.n == nil {
-					r.n = map[string]int{}
-				}
-				r.n[name]++
+		if err := c.Err(); err != nil && err != redis.Nil {
+			continue
+		}
+		if name, ok := groupReadOf(c); ok {
+			if r.n == nil {
+				r.n = map[string]int{}
 			}
+			r.n[name]++
 		}
 	}
 }
@@ -80,8 +93,7 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		h.mu.Unlock()
 		if target != "" {
 			for _, c := range cmds {
-				a := c.Args()
-				if strings.EqualFold(c.Name(), "xreadgroup") && len(a) > 3 && a[3] == target {
+				if name, ok := groupReadOf(c); ok && name == target {
 					h.once.Do(func() { close(h.held) })
 					<-h.release
 					break

@@ -52,7 +52,7 @@ func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if h.armed.Load() {
 			for _, c := range cmds {
-				if strings.EqualFold(c.Name(), "xreadgroup") {
+				if _, ok := groupReadOf(c); ok {
 					time.Sleep(h.read)
 					h.note("pipeline with XREADGROUP sent")
 					break

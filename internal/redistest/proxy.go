@@ -26,6 +26,10 @@ type Proxy struct {
 	hole   bool // black-holed: bytes are read and dropped, never forwarded
 	nextID int
 	conns  map[int]*proxyConn
+	// holdMatch (set by HoldNext) picks the next connection to hold; held
+	// are the connections held until Release.
+	holdMatch func([]byte) bool
+	held      []*proxyConn
 }
 
 // proxyConn is one proxied connection: the accepted client side and the
@@ -33,6 +37,19 @@ type Proxy struct {
 type proxyConn struct {
 	client, server net.Conn
 	once           sync.Once
+
+	// Of a connection held by HoldNext, guarded by mu (which also orders
+	// the writes to server): held while the client's bytes are kept in
+	// buf; clientGone once the client closed its side meanwhile; answered
+	// is closed when the server sends anything, or its side ends, after
+	// Release forwarded buf.
+	mu         sync.Mutex
+	held       bool
+	buf        []byte
+	clientGone bool
+	released   bool
+	answered   chan struct{}
+	answerOnce sync.Once
 }
 
 func (pc *proxyConn) close() {
@@ -112,27 +129,142 @@ func (p *Proxy) Restore() {
 	p.CutAll()
 }
 
-func (p *Proxy) blackHoled() bool {
+// HoldNext holds the next connection, live or new, on which the client sends
+// bytes that match accepts: from that write on, nothing the client sends on
+// it is forwarded, but all of it is kept, also after the client gives up and
+// closes its side (the server's side stays open), until [Proxy.Release]
+// forwards it. That is a network that delays a request past the client's
+// timeout and delivers it later, as TCP does with a retransmission after a
+// partition heals: the server then runs a command whose client is gone.
+// Only one connection is held per call.
+func (p *Proxy) HoldNext(match func(written []byte) bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.hole
+	p.holdMatch = match
+	p.mu.Unlock()
 }
 
-// pipe copies src to dst until either fails, dropping what it reads while
-// the proxy is black-holed.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// Release forwards what every held connection kept, in order, and waits
+// (up to 10s each) until the server answered it or closed its side; a held
+// connection whose client is still there forwards normally from then on,
+// one whose client closed is closed once answered. It returns how many
+// connections it released.
+func (p *Proxy) Release() int {
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.holdMatch = nil
+	p.mu.Unlock()
+	for _, pc := range held {
+		pc.mu.Lock()
+		buf := pc.buf
+		pc.buf, pc.held, pc.released = nil, false, true
+		_, _ = pc.server.Write(buf)
+		pc.mu.Unlock()
+	}
+	for _, pc := range held {
+		select {
+		case <-pc.answered:
+		case <-time.After(10 * time.Second):
+		}
+		pc.mu.Lock()
+		gone := pc.clientGone
+		pc.mu.Unlock()
+		if gone {
+			pc.close()
+		}
+	}
+	return len(held)
+}
+
+// holdIfMatch reports whether pc is held (now, or since earlier): data is
+// then kept instead of forwarded. Call with pc.mu held.
+func (p *Proxy) holdIfMatch(pc *proxyConn, data []byte) bool {
+	if pc.held {
+		pc.buf = append(pc.buf, data...)
+		return true
+	}
+	p.mu.Lock()
+	match := p.holdMatch
+	if match == nil || !match(data) {
+		p.mu.Unlock()
+		return false
+	}
+	p.holdMatch = nil
+	p.held = append(p.held, pc)
+	p.mu.Unlock()
+	pc.held = true
+	pc.buf = append(pc.buf, data...)
+	return true
+}
+
+// pipeUp copies the client's bytes to the server until either side fails
+// (dropping them while the proxy is black-holed), keeping
+// them instead while the connection is held (HoldNext). It reports whether
+// the connection must stay open: the client closed while it was held.
+func (p *Proxy) pipeUp(pc *proxyConn) (keep bool) {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.blackHoled() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+		n, err := pc.client.Read(buf)
+		if n > 0 {
+			pc.mu.Lock()
+			if !p.holdIfMatch(pc, buf[:n]) && !p.blackHoled() {
+				if _, werr := pc.server.Write(buf[:n]); werr != nil {
+					pc.mu.Unlock()
+					return false
+				}
+			}
+			pc.mu.Unlock()
+		}
+		if err != nil {
+			pc.mu.Lock()
+			defer pc.mu.Unlock()
+			if pc.held {
+				pc.clientGone = true
+				return true
+			}
+			return false
+		}
+	}
+}
+
+// pipeDown copies the server's bytes to the client until either side fails
+// (dropping them while the proxy is black-holed), and marks
+// a released connection answered.
+func (p *Proxy) pipeDown(pc *proxyConn) {
+	defer pc.markAnswered()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pc.server.Read(buf)
+		if n > 0 {
+			pc.mu.Lock()
+			released := pc.released
+			pc.mu.Unlock()
+			if released {
+				pc.markAnswered()
+			}
+			if !p.blackHoled() {
+				if _, werr := pc.client.Write(buf[:n]); werr != nil {
+					pc.mu.Lock()
+					gone := pc.clientGone
+					pc.mu.Unlock()
+					if !gone {
+						return
+					}
+				}
 			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+func (pc *proxyConn) markAnswered() { pc.answerOnce.Do(func() { close(pc.answered) }) }
+
+func (p *Proxy) blackHoled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hole
 }
 
 // Conns returns the number of live proxied connections.
@@ -198,7 +330,7 @@ func (p *Proxy) serve(client net.Conn) {
 		client.Close()
 		return
 	}
-	pc := &proxyConn{client: client, server: server}
+	pc := &proxyConn{client: client, server: server, answered: make(chan struct{})}
 
 	p.mu.Lock()
 	if p.closed {
@@ -214,10 +346,11 @@ func (p *Proxy) serve(client net.Conn) {
 
 	go func() {
 		defer p.wg.Done()
-		p.pipe(server, client)
-		p.drop(id, pc)
+		if !p.pipeUp(pc) {
+			p.drop(id, pc)
+		}
 	}()
-	p.pipe(client, server)
+	p.pipeDown(pc)
 	p.drop(id, pc)
 }
 

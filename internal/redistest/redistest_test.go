@@ -358,3 +358,39 @@ func TestProxyBlackHole(t *testing.T) {
 		t.Fatalf("PING after Restore: %v", err)
 	}
 }
+
+// TestProxyHoldNext: a held command is not run while held, its client times
+// out and closes, and Release delivers it to the server, which runs it.
+func TestProxyHoldNext(t *testing.T) {
+	s := Start(t, Options{})
+	p := NewProxy(t, s.Addr())
+	ctx := t.Context()
+	opt := s.ClientOptions()
+	opt.Addr = p.Addr()
+	opt.ReadTimeout = 300 * time.Millisecond
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	defer c.Close()
+	direct := s.Client(t)
+
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.HoldNext(func(b []byte) bool { return strings.Contains(string(b), "late") })
+	if err := c.Set(ctx, "k", "late", 0).Err(); err == nil {
+		t.Fatal("SET on a held connection succeeded, want a timeout")
+	}
+	if n, err := direct.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS k while held = %d, %v; want 0", n, err)
+	}
+	// Other and new connections are not held.
+	if err := c.Set(ctx, "other", "v", 0).Err(); err != nil {
+		t.Fatalf("SET after the hold: %v", err)
+	}
+	if got := p.Release(); got != 1 {
+		t.Fatalf("Release() = %d, want 1", got)
+	}
+	if v, err := direct.Get(ctx, "k").Result(); err != nil || v != "late" {
+		t.Fatalf("GET k after Release = %q, %v; want the late SET to have run", v, err)
+	}
+}

@@ -1,0 +1,30 @@
+-- read.lua: a group read (XREADGROUP ... STREAMS key >, without BLOCK) that
+-- runs only while its subscription reads, and only before every later read
+-- of the same consumer.
+--
+-- KEYS[1]  stream
+-- KEYS[2]  read guard of the consumer (same hash slot): the sequence number
+--          of the consumer's latest read that ran. The subscription creates
+--          it as it starts and deletes it as it ends; it expires ARGV[5] ms
+--          after the latest read.
+-- ARGV[1]  group
+-- ARGV[2]  consumer
+-- ARGV[3]  count
+-- ARGV[4]  this read's sequence number, above every earlier read's
+-- ARGV[5]  the guard's lifetime in milliseconds
+--
+-- Returns XREADGROUP's reply (nil when nothing is new) or its error (NOGROUP).
+-- Reads nothing and returns an error when the guard is missing (NOGUARD: the
+-- subscription ended, or was idle longer than the guard's lifetime) or holds
+-- this or a later sequence number (STALEREAD). So a read the network delays
+-- past its client's timeout, and delivers after the subscription's later
+-- reads or after its end, delivers nothing that nobody would see.
+local cur = redis.call('GET', KEYS[2])
+if not cur then
+  return redis.error_reply('NOGUARD read guard missing')
+end
+if tonumber(cur) >= tonumber(ARGV[4]) then
+  return redis.error_reply('STALEREAD a later read of this consumer ran')
+end
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+return redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')

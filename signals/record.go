@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -167,25 +169,55 @@ func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, 
 
 // doneCache remembers, per process, thread/ID pairs that were run, in a
 // bounded FIFO. It spares round trips and is the only record under lease.Noop.
-// Pairs are compared by value (a struct key), so no thread name and signal ID
-// can be mistaken for another pair, whatever bytes they hold.
+//
+// A pair is kept as a 128-bit key: two 64-bit hash/maphash sums of the
+// length-prefixed thread and the ID, under two seeds chosen at random per
+// cache, so that neither the cache's map nor its ring holds a pointer. (The
+// garbage collector then never scans them: with 64Ki pairs of strings they
+// were the largest scanned part of a busy runtime's heap, and the collector's
+// mark work is what a GC cycle costs the signals it delays.) Two pairs share
+// a key only by a 128-bit collision of seeded hashes, which an ID cannot be
+// crafted for without the process's seeds; the length prefix keeps
+// ("a\x00b", "c") apart from ("a", "b\x00c").
 type doneCache struct {
-	mu   sync.Mutex
-	set  map[doneKey]struct{}
-	ring []doneKey
-	used []bool
-	next int
+	mu     sync.Mutex
+	seeds  [2]maphash.Seed
+	set    map[doneKey]struct{}
+	ring   []doneKey
+	used   []bool
+	next   int
+	seeded bool
 }
 
-// doneKey is one thread/ID pair of the cache.
-type doneKey struct{ thread, id string }
+// doneKey is one thread/ID pair of the cache, hashed (see doneCache).
+type doneKey [2]uint64
 
 const doneCacheSize = 1 << 16
 
+// key returns the cache's key of thread/id. Call with c.mu held.
+func (c *doneCache) key(thread, id string) doneKey {
+	if !c.seeded {
+		c.seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+		c.seeded = true
+	}
+	var k doneKey
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(thread)))
+	for i, seed := range c.seeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		_, _ = h.Write(n[:])
+		_, _ = h.WriteString(thread)
+		_, _ = h.WriteString(id)
+		k[i] = h.Sum64()
+	}
+	return k
+}
+
 func (c *doneCache) add(thread, id string) {
-	k := doneKey{thread, id}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	k := c.key(thread, id)
 	if c.set == nil {
 		c.set = make(map[doneKey]struct{})
 		c.ring = make([]doneKey, doneCacheSize)
@@ -205,6 +237,9 @@ func (c *doneCache) add(thread, id string) {
 func (c *doneCache) has(thread, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.set[doneKey{thread, id}]
+	if c.set == nil {
+		return false
+	}
+	_, ok := c.set[c.key(thread, id)]
 	return ok
 }

@@ -1,6 +1,7 @@
 package signals
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,5 +82,31 @@ func TestDoneCacheUnambiguous(t *testing.T) {
 	c.add("", "")
 	if !c.has("", "") {
 		t.Fatal("empty pair not found")
+	}
+}
+
+// TestDoneCacheBounded: the cache keeps the newest doneCacheSize pairs and
+// forgets older ones, first in first out.
+func TestDoneCacheBounded(t *testing.T) {
+	var c doneCache
+	for i := range doneCacheSize + 10 {
+		c.add("t", strconv.Itoa(i))
+	}
+	if len(c.set) != doneCacheSize {
+		t.Fatalf("cache holds %d pairs, want %d", len(c.set), doneCacheSize)
+	}
+	for i := range 10 {
+		if c.has("t", strconv.Itoa(i)) {
+			t.Fatalf("pair %d still found after %d newer ones", i, doneCacheSize)
+		}
+	}
+	for _, i := range []int{10, doneCacheSize, doneCacheSize + 9} {
+		if !c.has("t", strconv.Itoa(i)) {
+			t.Fatalf("pair %d not found", i)
+		}
+	}
+	c.add("t", strconv.Itoa(doneCacheSize+9)) // again: not a second entry
+	if len(c.set) != doneCacheSize || !c.has("t", "11") {
+		t.Fatal("adding a pair the cache holds evicted another")
 	}
 }

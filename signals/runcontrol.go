@@ -54,7 +54,11 @@ type runControl struct {
 	pending  error                // cause to cancel that run with as it starts
 	waiters  []func(cancelAnswer) // answers owed once it started
 	ended    bool
-	drop     string // id of a drop mark: deliveries before it are dropped
+	// drops holds the ids of the drop marks whose requests came and that
+	// were not read yet: while any is there, deliveries are dropped (each
+	// is before the latest of them). Several Cancels with DropQueued may
+	// come in any order, whatever the order of their marks in the inbox.
+	drops map[string]bool
 }
 
 // requestCancel cancels the session's running run, or the one it is
@@ -80,7 +84,10 @@ func (s *session) requestCancel(cause error, drop string, reply func(cancelAnswe
 	case drop != "" && !s.ranHere(drop):
 		// A mark already read (by this tenure, or recorded by an earlier
 		// one) ends no drop any more: everything before it was handled.
-		c.drop = drop
+		if c.drops == nil {
+			c.drops = make(map[string]bool)
+		}
+		c.drops[drop] = true
 	}
 	switch {
 	case c.cancel != nil:
@@ -158,15 +165,13 @@ func (s *session) cancelledOnly(ctx context.Context, held *lease.Held) bool {
 }
 
 // dropped handles the deliveries of a drop: a drop mark is recorded as run
-// and acked (ending the drop when it is the awaited one); while a drop is on, a signal is
-// recorded as done and acked without running. It reports whether d was
-// handled.
+// and acked (ending its drop); while a drop is on (a mark whose request came
+// is not read yet), a signal is recorded as done and acked without running.
+// It reports whether d was handled.
 func (s *session) dropped(d delivery) bool {
 	if d.ev.Type == dropMarkType {
 		s.mu.Lock()
-		if s.ctl.drop == d.ev.ID {
-			s.ctl.drop = ""
-		}
+		delete(s.ctl.drops, d.ev.ID)
 		held := s.held
 		s.mu.Unlock()
 		// Recorded as run, like a signal: a cancel request that arrives
@@ -176,10 +181,12 @@ func (s *session) dropped(d delivery) bool {
 		return true
 	}
 	s.mu.Lock()
-	if s.ctl.drop != "" && s.ranHere(s.ctl.drop) {
-		s.ctl.drop = "" // its mark was read before the request came
+	for id := range s.ctl.drops {
+		if s.ranHere(id) {
+			delete(s.ctl.drops, id) // its mark was read before the request came
+		}
 	}
-	drop, held, runID := s.ctl.drop != "", s.held, s.runID
+	drop, held, runID := len(s.ctl.drops) > 0, s.held, s.runID
 	s.mu.Unlock()
 	if !drop {
 		return false

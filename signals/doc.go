@@ -142,7 +142,10 @@
 // another process holds it, it checks the done record and the lease again
 // with the backoff above (from 2ms, doubling). A handler holds a notice at
 // most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
-// when that is shorter) and then nacks it; the work subscription redelivers
+// when that is shorter; no longer than one check while more than half of
+// the handler slots are taken, so that a burst of notices of busy threads
+// passes at the rate of one check each: TestProcTakeoverBehindBigBacklog,
+// 5,000 signals queued behind 60s runs) and then nacks it; the work subscription redelivers
 // it after the recovery interval (pubsub.RedeliveryDelay and RedeliveryCap),
 // and on redisstreams a nacked notice waits holding no handler slot. So no
 // handler waits for a run to end: notices of threads busy with long runs
@@ -233,7 +236,9 @@
 // before the mark. The mark is recorded in the done record as it is read:
 // a request that reaches the owner after its mark was read (a Send woke
 // the owner in between) drops nothing, so signals sent after Cancel
-// returned always run (TestDropMarkRaceNatural). An owner that
+// returned always run (TestDropMarkRaceNatural). Several Cancels with
+// DropQueued whose requests come in any order drop up to the last of
+// their marks (TestTwoDropCancelsOutOfOrder). An owner that
 // does not answer before Cancel's ctx ends (or [DefaultControlTimeout])
 // makes Cancel fail with [ErrUnreachable]; a process that answers it has no
 // tenure of the thread makes Cancel read the lease again (the thread moved)
@@ -262,7 +267,12 @@
 // A thread that ran leaves, per key of the backend: its inbox while a
 // tenure holds it or signals wait in it (a tenure that ends with the inbox
 // drained deletes it, when the pubsub implements pubsub.DrainedDeleter, as
-// redisstreams does); its done record, for the dedupe
+// redisstreams does; when the tenure lost its lease or the deletion failed,
+// the runtime tries again, at once and then with a backoff from the recovery
+// interval up to a minute while the server does not answer, deleting the
+// inbox only if nothing in it is unread or pending, until it did or another
+// tenure uses it, and once more as Close ends: TestFootprintAfterRedisStall,
+// a 4s SIGSTOP of the server while 20 tenures linger); its done record, for the dedupe
 // window; and, on redisstreams, the lease state records for
 // Options.LeaseStatusWindow and the fencing counters for Options.FenceIdle
 // after the last lease of its keys ended. After the longest of those an idle
@@ -270,7 +280,9 @@
 // tenure after the counter expired takes the server clock in microseconds).
 // TestThreadFootprint runs 10,000 threads on a real redis-server and finds
 // at most the shared work and control topics under the prefix once they are
-// idle past those windows. To remove a thread's state at once, delete its
+// idle past those windows, besides what each live runtime keeps (on
+// redisstreams, the read guard of its work-group subscription, deleted as
+// it closes). To remove a thread's state at once, delete its
 // inbox (`leasebus topics delete signals.thread.<thread>`, or
 // pubsub.TopicDeleter) once no process holds the thread — this drops any
 // signal still queued for it; its lease keys and done record expire on

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,6 +94,18 @@ type Runtime struct {
 	// sweep left, so that a map of young entries (a deep backlog, many
 	// threads) is not swept on every insert.
 	seenSweepAt, endsSweepAt int
+
+	// tidy holds the threads whose tenure ended without deleting a
+	// drained inbox (the lease was lost, or the deletion failed), for
+	// tidyLoop to try again; tidyKick wakes it, tidyDone is closed when it
+	// returned.
+	// noticesActive counts the wake notices being handled (onNotice).
+	noticesActive atomic.Int64
+
+	tidyMu   sync.Mutex
+	tidy     map[string]*tidyEntry
+	tidyKick chan struct{}
+	tidyDone chan struct{}
 }
 
 // seenNotice is a wake notice this process received and has not acked.
@@ -147,6 +160,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		ps: ps, lp: lp, leases: ok, agent: agent, cfg: cfg, log: cfg.logger,
 		closing: make(chan struct{}), closedCh: make(chan struct{}),
 		sessions: make(map[string]*session),
+		tidyKick: make(chan struct{}, 1), tidyDone: make(chan struct{}),
 	}
 	if !ok {
 		if r, isR := ps.(CrossProcessReporter); !isR || r.CrossProcess() {
@@ -187,6 +201,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		_ = rt.keeper.Close()
 		return nil, err
 	}
+	go rt.tidyLoop()
 	return rt, nil
 }
 
@@ -495,7 +510,9 @@ const noticePollFirst = 2 * time.Millisecond
 // lease; the handler leaves the lease alone for one recovery interval,
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
+	rt.noticesActive.Add(1)
 	err := rt.handleNotice(ctx, ev)
+	rt.noticesActive.Add(-1)
 	if err == nil {
 		rt.noticeDone(ev.ID)
 	}
@@ -704,6 +721,19 @@ const (
 	noticeHoldRetry = 20 * time.Millisecond
 )
 
+// noticeHoldNow is noticeHold, or 0 (one check, then a nack) while more than
+// half of the handler slots are taken. A burst of notices of busy threads
+// (thousands of signals queued behind long runs) then passes at the rate of
+// one check each instead of one slot for a quarter of a second each: newer
+// notices, a dead owner's among them, are read only as slots come free, and
+// were kept waiting for seconds behind the burst.
+func (rt *Runtime) noticeHoldNow(attempt int) time.Duration {
+	if rt.noticesActive.Load() > int64(rt.cfg.workConcurrency/2) {
+		return 0
+	}
+	return noticeHold(rt.cfg, attempt)
+}
+
 // handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
@@ -716,7 +746,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	// started after that started after the signal was in the inbox, also
 	// when the notice comes back after a nack.
 	received := rt.noticeSeen(ev.ID, thread, id, time.Now())
-	hold := time.NewTimer(noticeHold(rt.cfg, ev.DeliveryAttempt))
+	hold := time.NewTimer(rt.noticeHoldNow(ev.DeliveryAttempt))
 	defer hold.Stop()
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
@@ -813,6 +843,8 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			}
 			uerr = errors.Join(uerr, werr)
 			rt.wg.Wait()
+			<-rt.tidyDone
+			rt.tidyLast()
 			_ = rt.handBackNotices()
 			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed
 			rt.hardCancel()
@@ -827,5 +859,138 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.hardCancel()
 		<-rt.closedCh
 		return ctx.Err()
+	}
+}
+
+// tidyEntry is a thread whose drained inbox is to be deleted: tried again
+// at next, after wait.
+type tidyEntry struct {
+	next time.Time
+	wait time.Duration
+}
+
+// tidyMaxWait bounds the wait between two tries of a thread's deletion.
+const tidyMaxWait = time.Minute
+
+// tidyLater has tidyLoop delete thread's inbox if it is drained: at once,
+// then, while that fails, after the recovery interval, doubling up to
+// tidyMaxWait. That is for a tenure that ended without deleting it: its
+// lease was lost (then another process may hold the thread, and the inbox is
+// deleted only if nothing in it is unread or pending, in one step), or the
+// deletion failed (the server did not answer). Without it such an inbox
+// stayed for good once its thread went idle: no notice names the thread any
+// more, so no tenure comes to delete it. An entry goes once a deletion was
+// decided (deleted, or found in use: whoever uses it deletes it), when a
+// local tenure holds the thread again, or at Close (the last try).
+func (rt *Runtime) tidyLater(thread string) {
+	if _, ok := rt.ps.(pubsub.DrainedDeleter); !ok {
+		return
+	}
+	rt.tidyMu.Lock()
+	if rt.tidy == nil {
+		rt.tidy = make(map[string]*tidyEntry)
+	}
+	rt.tidy[thread] = &tidyEntry{next: time.Now(), wait: rt.cfg.recovery}
+	rt.tidyMu.Unlock()
+	select {
+	case rt.tidyKick <- struct{}{}:
+	default:
+	}
+}
+
+// tidyLoop runs tidyDue whenever an entry is due, until Close begins.
+func (rt *Runtime) tidyLoop() {
+	defer close(rt.tidyDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-rt.closing:
+			return
+		case <-rt.tidyKick:
+		case <-timer.C:
+		}
+		next := rt.tidyDue(time.Now())
+		timer.Stop()
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+	}
+}
+
+// tidyDue tries the entries due at now and returns when the next one is due
+// (zero: none left).
+func (rt *Runtime) tidyDue(now time.Time) time.Time {
+	rt.tidyMu.Lock()
+	var due []string
+	for th, e := range rt.tidy {
+		if !e.next.After(now) {
+			due = append(due, th)
+		}
+	}
+	rt.tidyMu.Unlock()
+	for _, th := range due {
+		if rt.closingNow() {
+			break
+		}
+		rt.tidyOne(th, now)
+	}
+	rt.tidyMu.Lock()
+	defer rt.tidyMu.Unlock()
+	var next time.Time
+	for _, e := range rt.tidy {
+		if next.IsZero() || e.next.Before(next) {
+			next = e.next
+		}
+	}
+	return next
+}
+
+// tidyOne tries to delete thread's drained inbox once and updates its entry.
+func (rt *Runtime) tidyOne(thread string, now time.Time) {
+	rt.mu.Lock()
+	local := rt.sessions[thread] != nil
+	rt.mu.Unlock()
+	if !local {
+		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+		_, err := rt.ps.(pubsub.DrainedDeleter).DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+		cancel()
+		if err != nil {
+			rt.tidyMu.Lock()
+			if e := rt.tidy[thread]; e != nil {
+				e.next = now.Add(e.wait)
+				e.wait = min(2*e.wait, tidyMaxWait)
+			}
+			rt.tidyMu.Unlock()
+			return
+		}
+	}
+	rt.tidyMu.Lock()
+	delete(rt.tidy, thread)
+	rt.tidyMu.Unlock()
+}
+
+// tidyLast tries every entry left once, as Close ends (within one TTL in
+// all): a server that does not answer by then leaves those inboxes.
+func (rt *Runtime) tidyLast() {
+	rt.tidyMu.Lock()
+	left := make([]string, 0, len(rt.tidy))
+	for th := range rt.tidy {
+		left = append(left, th)
+	}
+	rt.tidy = nil
+	rt.tidyMu.Unlock()
+	if len(left) == 0 {
+		return
+	}
+	dd := rt.ps.(pubsub.DrainedDeleter)
+	ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+	defer cancel()
+	for _, th := range left {
+		if _, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(th), InboxGroup); err != nil && ctx.Err() != nil {
+			rt.log.Warn("signals: drained inboxes left at Close; they stay until a tenure of their thread deletes them",
+				"left", len(left), "err", err)
+			return
+		}
 	}
 }

@@ -346,8 +346,10 @@ func (s *session) loop() {
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
 		_ = sub.Unsubscribe(context.Background())
-		if !lost {
-			s.dropDrainedInbox()
+		if lost || !s.dropDrainedInbox() {
+			// Later, once the server answers: no notice may ever bring
+			// a tenure back to an idle thread's inbox.
+			rt.tidyLater(s.thread)
 		}
 	}()
 	if rt.leases {
@@ -518,12 +520,13 @@ func inboxAckDeadline(ttl time.Duration) time.Duration {
 // (pubsub.DrainedDeleter) and the tenure leaves it drained: every signal
 // taken and acked, none waiting. The lease is still held, so no other
 // tenure reads the inbox meanwhile; a signal sent after the deletion starts
-// a new inbox, which the next tenure reads from its start. A failure is
-// logged: the inbox then stays until a later tenure drains it.
-func (s *session) dropDrainedInbox() {
+// a new inbox, which the next tenure reads from its start. It reports false
+// when the deletion failed (logged): the runtime tries again later
+// (tidyLater).
+func (s *session) dropDrainedInbox() bool {
 	dd, ok := s.rt.ps.(pubsub.DrainedDeleter)
 	if !ok {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)
 	defer cancel()
@@ -533,10 +536,11 @@ func (s *session) dropDrainedInbox() {
 	// before its Unsubscribe returns.)
 	gone, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(s.thread), InboxGroup)
 	if err != nil {
-		s.rt.log.Warn("signals: deleting a drained inbox failed", "thread", s.thread, "err", err)
-		return
+		s.rt.log.Warn("signals: deleting a drained inbox failed; trying again later", "thread", s.thread, "err", err)
+		return false
 	}
 	s.mu.Lock()
 	s.drained = gone
 	s.mu.Unlock()
+	return true
 }

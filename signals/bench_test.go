@@ -353,6 +353,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 	)
 	statc := srv.Client(b)
 	stats0, cpu0 := benchCmdStats(b, statc)
+	procCPU0 := benchProcCPU()
 	b.ResetTimer()
 	trips0 := trips.N()
 	dials0 := trips.Dials()
@@ -390,11 +391,17 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		b.Fatalf("only %d of %d signals completed within 5m", n, b.N)
 	}
 	b.StopTimer()
+	procCPU := benchProcCPU() - procCPU0
 	tripsRun := trips.N() - trips0
 	b.ReportMetric(float64(trips.Dials()-dials0), "dials")
 	settled := benchSettled(b, statc)
 	stats1, cpu1 := benchCmdStats(b, statc)
 	benchLogCmdStats(b, stats0, stats1, cpu0, cpu1, b.N)
+	// CPU per signal, of this process (all 3 runtimes and the senders) and
+	// of redis-server: less sensitive than signals/s to what else the
+	// machine runs.
+	b.ReportMetric(procCPU*1e6/float64(b.N), "go-cpu-µs/signal")
+	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-cpu-µs/signal")
 	b.ReportMetric(float64(b.N)/settled.Sub(start).Seconds(), "settled/s")
 	elapsed := finished.Sub(start)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "signals/s")

@@ -177,6 +177,16 @@ func (s *streamBus) remove(sub subscription) {
 	s.fmu.Unlock()
 }
 
+// forgetWrites forgets the last id this Backend wrote to the stream key (its
+// stream was deleted or recreated lower) and returns it ("" when none).
+func (s *streamBus) forgetWrites(key string) string {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	last := s.lastPub[key]
+	delete(s.lastPub, key)
+	return last
+}
+
 // wrote records that id was written to the stream key, for Flush.
 func (s *streamBus) wrote(key, id string) {
 	s.fmu.Lock()

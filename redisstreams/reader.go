@@ -221,6 +221,11 @@ type fanSub struct {
 	cfg   pubsub.SubscribeConfig
 
 	cursor string       // last entry id handed over; guarded by r.mu
+	// floor (guarded by r.mu) is the highest cursor this subscription had
+	// when its stream was found deleted or recreated lower (checkStreams):
+	// entries up to it were handed over or are gone, so a Flush waiting for
+	// them is done.
+	floor string
 	full   atomic.Bool  // ch was full: the reader skips it until drained
 	busy   atomic.Int64 // entries handed over and not yet handled
 	ch     chan fanMsg
@@ -381,9 +386,10 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	default:
 	}
 	f.r.mu.Lock()
-	cursor := f.cursor
+	cursor, floor := f.cursor, f.floor
 	f.r.mu.Unlock()
-	return compareStreamIDs(cursor, id) >= 0 && f.busy.Load() == 0, nil
+	reached := compareStreamIDs(cursor, id) >= 0 || (floor != "" && compareStreamIDs(floor, id) >= 0)
+	return reached && f.busy.Load() == 0, nil
 }
 
 // handle delivers one entry under the subscription's policy, redelivering
@@ -638,9 +644,26 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 		default:
 			continue // unknown: check again later
 		}
+		reset := false
 		for _, sn := range snaps[key] {
 			if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
 				sn.sub.cursor = "0-0"
+				if sn.sub.floor == "" || compareStreamIDs(sn.cursor, sn.sub.floor) > 0 {
+					sn.sub.floor = sn.cursor
+				}
+				reset = true
+			}
+		}
+		if reset {
+			// Deleted (DeleteTopic, StreamIdleTTL, a server that lost
+			// it) or recreated lower: what this Backend wrote before is
+			// gone or delivered, and must not be a Flush target any more.
+			if floor := r.s.forgetWrites(key); floor != "" {
+				for _, sn := range snaps[key] {
+					if sn.sub.floor == "" || compareStreamIDs(floor, sn.sub.floor) > 0 {
+						sn.sub.floor = floor
+					}
+				}
 			}
 		}
 		for _, b := range bells[key] {

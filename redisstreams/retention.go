@@ -96,5 +96,6 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if err := b.client.Del(ctx, key).Err(); err != nil {
 		return fmt.Errorf("redisstreams: delete topic %q: del %q: %w", topic, key, err)
 	}
+	b.bus.forgetWrites(key) // gone: no Flush waits for them
 	return nil
 }

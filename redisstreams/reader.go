@@ -220,15 +220,15 @@ type fanSub struct {
 	p     *pubsub.Policy
 	cfg   pubsub.SubscribeConfig
 
-	cursor string       // last entry id handed over; guarded by r.mu
+	cursor string // last entry id handed over; guarded by r.mu
 	// floor (guarded by r.mu) is the highest cursor this subscription had
 	// when its stream was found deleted or recreated lower (checkStreams):
 	// entries up to it were handed over or are gone, so a Flush waiting for
 	// them is done.
 	floor string
-	full   atomic.Bool  // ch was full: the reader skips it until drained
-	busy   atomic.Int64 // entries handed over and not yet handled
-	ch     chan fanMsg
+	full  atomic.Bool  // ch was full: the reader skips it until drained
+	busy  atomic.Int64 // entries handed over and not yet handled
+	ch    chan fanMsg
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -4,10 +4,13 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -75,7 +78,12 @@ func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
 }
 
 // DeleteTopic deletes the stream of topic with its consumer groups, their
-// positions and pending entries (pubsub.TopicDeleter): one DEL. Live
+// positions and pending entries (pubsub.TopicDeleter): one script, and a
+// second one a millisecond later when the stream's last entry was added in
+// the current millisecond (then the first empties it, and the second
+// deletes it if it is still empty and has no group: see delete_topic.lua;
+// so a stream created again numbers its entries above every id the old one
+// had, and no reader skips them). Live
 // subscriptions keep running: a group member finds its group gone
 // (NOGROUP), recreates it and receives the events published after the
 // deletion; an entry one of them had read and not acked is not delivered
@@ -93,9 +101,41 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return err
 	}
 	key := b.keys.Stream(topic)
-	if err := b.client.Del(ctx, key).Err(); err != nil {
-		return fmt.Errorf("redisstreams: delete topic %q: del %q: %w", topic, key, err)
+	first := "1"
+	for {
+		// With a command go-redis never retries: a retried first call
+		// could empty what was published after the first one ran.
+		pipe := b.client.Pipeline()
+		_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
+		del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
+		_, _ = pipe.Exec(ctx)
+		done, err := del.Int()
+		if isNoScript(err) {
+			if err := deleteTopicScript.Load(ctx, b.client).Err(); err != nil {
+				return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
+		}
+		if first == "1" {
+			b.bus.forgetWrites(key) // gone: no Flush waits for them
+		}
+		if done == 1 {
+			return nil
+		}
+		// Emptied within the millisecond of its last entry: deleted a
+		// millisecond later (delete_topic.lua).
+		first = "0"
+		if err := backoff.Sleep(ctx, time.Millisecond); err != nil {
+			return fmt.Errorf("redisstreams: delete topic %q: emptied, not yet deleted: %w", topic, err)
+		}
 	}
-	b.bus.forgetWrites(key) // gone: no Flush waits for them
-	return nil
 }
+
+var (
+	//go:embed lua/delete_topic.lua
+	deleteTopicLua    string
+	deleteTopicScript = redis.NewScript(deleteTopicLua)
+)

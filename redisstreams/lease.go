@@ -5,7 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -417,9 +419,11 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
+	// The nonce tells a go-redis retry of this call (which ran: it reports
+	// the transfer done) from another call (refused): see transfer.lua.
 	c := newCall(ctx, transferScript,
 		[]string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)},
-		fromOwner, toOwner, ttlMillis(ttl), b.statusWindowMillis(), b.fenceIdleMillis())
+		fromOwner, toOwner, ttlMillis(ttl), b.statusWindowMillis(), b.fenceIdleMillis(), strconv.FormatUint(rand.Uint64(), 36))
 	var reply any
 	var err error
 	if b.opts.leaseSync() {

@@ -19,14 +19,14 @@
 -- refresh keeping the token), {holder, token, pttl} when another owner holds
 -- it, or {reason} when the caller holds it and it was revoked (no refresh).
 -- A free key: SET NX GET both tests and takes it; the new tenure starts a
--- fresh state record (p, the owner a transfer came from, empty: see
--- transfer.lua) and clears the revoked mark.
+-- fresh state record (p and pn, the owner and call a transfer came from,
+-- empty: see transfer.lua) and clears the revoked mark.
 local v = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if not v then
   local t = redis.call('TIME')
   local tok = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[2] + ARGV[4])
-  redis.call('HSET', KEYS[3], 'o', ARGV[1], 't', tok, 's', '', 'r', '', 'f', '', 'e', '', 'p', '')
+  redis.call('HSET', KEYS[3], 'o', ARGV[1], 't', tok, 's', '', 'r', '', 'f', '', 'e', '', 'p', '', 'pn', '')
   redis.call('PEXPIRE', KEYS[3], ARGV[2] + ARGV[3])
   redis.call('DEL', KEYS[4])
   return tok

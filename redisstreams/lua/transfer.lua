@@ -9,21 +9,23 @@
 -- ARGV[3]  ttl in milliseconds (the server's clock counts it)
 -- ARGV[4]  status window in milliseconds
 -- ARGV[5]  fence idle time in milliseconds (see acquire.lua)
+-- ARGV[6]  a random nonce of this call (a retry of the call carries it too)
 --
 -- Returns the new owner's token (> 0) when fromOwner held the lease, else 0;
 -- {reason} when fromOwner's tenure was revoked (nothing changes). The lease
 -- key is overwritten, never deleted, so it is never free between the two
 -- owners; the new tenure starts a fresh state record, which names fromOwner
--- (field p). A transfer run again after it ran (go-redis retries a command
--- whose reply it lost, as when the server stalled) finds toOwner holding the
--- lease it got from fromOwner, and returns its token again: it is reported
--- done, as it is, not refused.
+-- and the call's nonce (fields p and pn). The same call run again after it
+-- ran (go-redis retries a command whose reply it lost, as when the server
+-- stalled) finds toOwner holding the lease it got from fromOwner by this
+-- call, and returns its token again: it is reported done, as it is, not
+-- refused. Any other call from fromOwner is refused.
 if redis.call('GET', KEYS[4]) == ARGV[1] then
   return {redis.call('HGET', KEYS[3], 'r')}
 end
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then
-  if cur == ARGV[2] and redis.call('HGET', KEYS[3], 'p') == ARGV[1] then
+  if cur == ARGV[2] and redis.call('HGET', KEYS[3], 'p') == ARGV[1] and redis.call('HGET', KEYS[3], 'pn') == ARGV[6] then
     return tonumber(redis.call('HGET', KEYS[3], 't')) or 0
   end
   return 0
@@ -32,6 +34,6 @@ local t = redis.call('TIME')
 local tok = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3] + ARGV[5])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('HSET', KEYS[3], 'o', ARGV[2], 't', tok, 's', '', 'r', '', 'f', '', 'e', '', 'p', ARGV[1])
+redis.call('HSET', KEYS[3], 'o', ARGV[2], 't', tok, 's', '', 'r', '', 'f', '', 'e', '', 'p', ARGV[1], 'pn', ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[3] + ARGV[4])
 return tok

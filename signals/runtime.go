@@ -952,7 +952,8 @@ func (rt *Runtime) tidyOne(thread string, now time.Time) {
 	local := rt.sessions[thread] != nil
 	rt.mu.Unlock()
 	if !local {
-		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+		// Bounded by Close giving up too (hardCtx): Close waits for it.
+		ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 		_, err := rt.ps.(pubsub.DrainedDeleter).DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
 		cancel()
 		if err != nil {
@@ -971,7 +972,8 @@ func (rt *Runtime) tidyOne(thread string, now time.Time) {
 }
 
 // tidyLast tries every entry left once, as Close ends (within one TTL in
-// all): a server that does not answer by then leaves those inboxes.
+// all, and not once Close's ctx ended): a server that does not answer by
+// then leaves those inboxes.
 func (rt *Runtime) tidyLast() {
 	rt.tidyMu.Lock()
 	left := make([]string, 0, len(rt.tidy))
@@ -984,7 +986,7 @@ func (rt *Runtime) tidyLast() {
 		return
 	}
 	dd := rt.ps.(pubsub.DrainedDeleter)
-	ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 	defer cancel()
 	for _, th := range left {
 		if _, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(th), InboxGroup); err != nil && ctx.Err() != nil {

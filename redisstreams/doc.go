@@ -62,7 +62,11 @@
 // stream's hash slot (<prefix>:{<topic>}:rguard:<consumer>, see "Clients and
 // deadlines"): created as the subscription starts, deleted as it stops, and
 // expiring 10 minutes after the subscription's last read when it is left
-// behind (a member that died, a server that did not answer its cleanup).
+// behind (a member that died, a server that did not answer its cleanup). A
+// subscription one of whose commands may still reach the server late (a
+// read that timed out, a guard that had to be set again, a first round trip
+// that took a second or more) leaves a tombstone in it instead, which
+// expires 10 minutes later (TestLateGuardCreateAfterUnsubscribe).
 //
 // # Eviction
 //

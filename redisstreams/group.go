@@ -59,6 +59,12 @@ type groupSub struct {
 	// server only if no later one ran and the subscription has not ended.
 	guard   string
 	readSeq uint64
+	// lateRisk says a command that sets the guard, or a read, may still
+	// reach the server late (one timed out, or the subscription's first
+	// round trip took long enough for go-redis to have retried it): then
+	// cleanup leaves a tombstone in the guard instead of deleting it, so
+	// that none of them runs (or creates the guard again) afterwards.
+	lateRisk atomic.Bool
 
 	// maxSeen (guarded by mu) is the highest entry id this subscription
 	// received, by a read or a claim. suspect says a read failed in a way
@@ -120,9 +126,11 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	consumer := s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10)
 	guard := s.b.keys.StreamMeta(topic, "rguard:"+consumer)
+	created := time.Now()
 	if err := s.createGroupAndGuard(ctx, key, cfg.Group, start, guard); err != nil {
 		return nil, err
 	}
+	slowStart := time.Since(created) >= time.Second
 	// A member reads up to BatchSize entries ahead of its handlers, so that
 	// reads are batched. A ClaimPending member does not: it is meant to be
 	// its group's sole (fenced) consumer, and whatever it had read ahead and
@@ -153,6 +161,7 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	if !cfg.ClaimPending {
 		close(g.claimed)
 	}
+	g.lateRisk.Store(slowStart)
 	for range prefetch {
 		g.tokens <- struct{}{}
 	}
@@ -190,11 +199,12 @@ const readGuardTTL = 10 * time.Minute
 
 // createGroupAndGuard creates the group at start with MKSTREAM (an existing
 // group keeps its position) and a new consumer's read guard (read.lua), in
-// one round trip.
+// one round trip. The guard is set only if missing: a copy the network
+// delivers late (go-redis retried it) never lowers it.
 func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
 	pipe := s.b.client.Pipeline()
 	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
-	set := pipe.Set(ctx, guard, 0, readGuardTTL)
+	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
 	_, _ = pipe.Exec(ctx)
 	if err := create.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
@@ -348,7 +358,7 @@ func (g *groupSub) cleanup() error {
 	// be deleted, a second look (a server that stalled runs what it
 	// buffered no later than the first command it answers as it resumes)
 	// and the guard's expiry are what is left.
-	if err := g.s.b.client.Del(ctx, g.guard).Err(); err != nil {
+	if err := g.endGuard(ctx); err != nil {
 		g.handBackUnseen(ctx)
 	}
 	g.handBackUnseen(ctx)
@@ -358,6 +368,21 @@ func (g *groupSub) cleanup() error {
 	// member that takes those entries over deletes it (claimQueue).
 	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, g.consumer).Err()
 	return nil
+}
+
+// guardTombstone is what a guard holds after its subscription ended when a
+// late command may still come (lateRisk): above every sequence number.
+const guardTombstone = "9007199254740991"
+
+// endGuard makes every later read of this consumer a no-op (read.lua): it
+// deletes the guard, or, when a command of the subscription may still reach
+// the server late (lateRisk), sets it to a tombstone that lives
+// readGuardTTL, so that a late copy of its creation cannot bring it back.
+func (g *groupSub) endGuard(ctx context.Context) error {
+	if g.lateRisk.Load() {
+		return g.s.b.client.Set(ctx, g.guard, guardTombstone, readGuardTTL).Err()
+	}
+	return g.s.b.client.Del(ctx, g.guard).Err()
 }
 
 // saw records that the subscription received entry id.
@@ -732,9 +757,12 @@ func (g *groupSub) readLoop() {
 			continue
 		case redis.HasErrorPrefix(err, "NOGUARD"):
 			// Never ran: the guard expired (no read for readGuardTTL) or
-			// the server lost it. Reads up to this one stay refused.
+			// the server lost it. Reads up to this one stay refused; the
+			// guard only ever goes up (raise_guard.lua), also when this
+			// call reaches the server late.
 			g.putTokens(n)
-			if serr := g.s.b.client.Set(g.ctx, g.guard, g.readSeq, readGuardTTL).Err(); serr != nil {
+			g.lateRisk.Store(true)
+			if serr := raiseGuardScript.Run(g.ctx, g.s.b.client, []string{g.guard}, g.readSeq, readGuardTTL.Milliseconds()).Err(); serr != nil {
 				g.fail(serr, &bo)
 			}
 			more = true
@@ -749,6 +777,9 @@ func (g *groupSub) readLoop() {
 			continue
 		case err != nil && err != redis.Nil:
 			g.putTokens(n)
+			if sent {
+				g.lateRisk.Store(true)
+			}
 			if sent && !g.suspect {
 				// It may have run on the server all the same (also when
 				// the subscription is stopping: cleanup hands back what

@@ -20,6 +20,10 @@ var (
 	//go:embed lua/read.lua
 	readLua    string
 	readScript = redis.NewScript(readLua)
+
+	//go:embed lua/raise_guard.lua
+	raiseGuardLua    string
+	raiseGuardScript = redis.NewScript(raiseGuardLua)
 )
 
 const (

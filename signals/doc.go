@@ -295,7 +295,20 @@
 // request, which may be a later run than the one holding it when Cancel was
 // called. DropQueued is applied by the owner Cancel reached: if it dies or
 // loses the thread before reaching the mark, the next owner runs the rest.
-// Without a lease provider Cancel reaches only runs of its own process.
+// Without a lease provider Cancel reaches only runs of its own process. A
+// DropQueued request that reaches an owner after its mark was read by an
+// earlier tenure elsewhere and fell out of the done record (after
+// [DedupeEntries] newer signals or the dedupe window) starts a drop that no
+// mark ends: that tenure then drops every signal it reads (review 8 of
+// 2026-11-22 reproduced it with a request delayed 3s and a 1s window; the
+// fix, carrying the mark's position in the inbox with the request, is not
+// built).
+//
+// While more than half of a runtime's notice handler slots are taken, a
+// notice whose signal is not done at its first check is nacked at once
+// rather than held: each such notice then costs one check per recovery
+// interval until its signal is done, also for signals that a held notice
+// would have seen done within its hold.
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A

@@ -64,9 +64,10 @@
 // expiring 10 minutes after the subscription's last read when it is left
 // behind (a member that died, a server that did not answer its cleanup). A
 // subscription one of whose commands may still reach the server late (a
-// read that timed out, a guard that had to be set again, a first round trip
-// that took a second or more) leaves a tombstone in it instead, which
-// expires 10 minutes later (TestLateGuardCreateAfterUnsubscribe).
+// read that timed out, a guard that had to be set again) leaves a tombstone
+// in it instead, which expires 10 minutes later. The round trip that
+// creates the group and the guard is never retried by go-redis: when it
+// times out, Subscribe fails (TestLateGuardCreateFailsSubscribe).
 //
 // # Eviction
 //

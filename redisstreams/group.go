@@ -60,10 +60,10 @@ type groupSub struct {
 	guard   string
 	readSeq uint64
 	// lateRisk says a command that sets the guard, or a read, may still
-	// reach the server late (one timed out, or the subscription's first
-	// round trip took long enough for go-redis to have retried it): then
-	// cleanup leaves a tombstone in the guard instead of deleting it, so
-	// that none of them runs (or creates the guard again) afterwards.
+	// reach the server late (one timed out, or the guard had to be set
+	// again): then cleanup leaves a tombstone in the guard instead of
+	// deleting it, so that none of them runs (or creates the guard again)
+	// afterwards.
 	lateRisk atomic.Bool
 
 	// maxSeen (guarded by mu) is the highest entry id this subscription
@@ -126,11 +126,9 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	consumer := s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10)
 	guard := s.b.keys.StreamMeta(topic, "rguard:"+consumer)
-	created := time.Now()
 	if err := s.createGroupAndGuard(ctx, key, cfg.Group, start, guard); err != nil {
 		return nil, err
 	}
-	slowStart := time.Since(created) >= time.Second
 	// A member reads up to BatchSize entries ahead of its handlers, so that
 	// reads are batched. A ClaimPending member does not: it is meant to be
 	// its group's sole (fenced) consumer, and whatever it had read ahead and
@@ -161,7 +159,6 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	if !cfg.ClaimPending {
 		close(g.claimed)
 	}
-	g.lateRisk.Store(slowStart)
 	for range prefetch {
 		g.tokens <- struct{}{}
 	}
@@ -199,10 +196,13 @@ const readGuardTTL = 10 * time.Minute
 
 // createGroupAndGuard creates the group at start with MKSTREAM (an existing
 // group keeps its position) and a new consumer's read guard (read.lua), in
-// one round trip. The guard is set only if missing: a copy the network
-// delivers late (go-redis retried it) never lowers it.
+// one round trip. go-redis never retries it (it carries a command go-redis
+// must not retry): when it fails, Subscribe fails, and a copy the network
+// delivers late creates, at most, the guard of a consumer that never reads
+// (it expires after readGuardTTL). The guard is set only if missing.
 func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
 	pipe := s.b.client.Pipeline()
+	_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
 	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
 	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
 	_, _ = pipe.Exec(ctx)

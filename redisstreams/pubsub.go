@@ -177,14 +177,24 @@ func (s *streamBus) remove(sub subscription) {
 	s.fmu.Unlock()
 }
 
-// forgetWrites forgets the last id this Backend wrote to the stream key (its
-// stream was deleted or recreated lower) and returns it ("" when none).
-func (s *streamBus) forgetWrites(key string) string {
+// forgetWrites forgets the last id this Backend wrote to the stream key
+// when it is at or below upTo: its stream was deleted or recreated lower,
+// and what it wrote up to upTo was handed over or is gone. A later write
+// (to the stream as it is now) stays a Flush target.
+func (s *streamBus) forgetWrites(key, upTo string) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	last := s.lastPub[key]
-	delete(s.lastPub, key)
-	return last
+	if last, ok := s.lastPub[key]; ok && compareStreamIDs(last, upTo) <= 0 {
+		delete(s.lastPub, key)
+	}
+}
+
+// lastWrite returns the last id this Backend wrote to the stream key ("":
+// none it still waits for).
+func (s *streamBus) lastWrite(key string) string {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.lastPub[key]
 }
 
 // wrote records that id was written to the stream key, for Flush.

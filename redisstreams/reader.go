@@ -644,27 +644,25 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 		default:
 			continue // unknown: check again later
 		}
-		reset := false
+		lowest := ""
 		for _, sn := range snaps[key] {
 			if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
 				sn.sub.cursor = "0-0"
 				if sn.sub.floor == "" || compareStreamIDs(sn.cursor, sn.sub.floor) > 0 {
 					sn.sub.floor = sn.cursor
 				}
-				reset = true
-			}
-		}
-		if reset {
-			// Deleted (DeleteTopic, StreamIdleTTL, a server that lost
-			// it) or recreated lower: what this Backend wrote before is
-			// gone or delivered, and must not be a Flush target any more.
-			if floor := r.s.forgetWrites(key); floor != "" {
-				for _, sn := range snaps[key] {
-					if sn.sub.floor == "" || compareStreamIDs(floor, sn.sub.floor) > 0 {
-						sn.sub.floor = floor
-					}
+				if lowest == "" || compareStreamIDs(sn.cursor, lowest) < 0 {
+					lowest = sn.cursor
 				}
 			}
+		}
+		if lowest != "" {
+			// Deleted (DeleteTopic, StreamIdleTTL, a server that lost
+			// it) or recreated lower: what this Backend wrote up to the
+			// cursors was handed over or is gone, and is no Flush target
+			// any more. A write above them may be in the stream as it is
+			// now: Flush still waits for it.
+			r.s.forgetWrites(key, lowest)
 		}
 		for _, b := range bells[key] {
 			// Deleted or recreated lower: the subscription reads again

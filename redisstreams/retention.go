@@ -83,7 +83,9 @@ func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
 // the current millisecond (then the first empties it, and the second
 // deletes it if it is still empty and has no group: see delete_topic.lua;
 // so a stream created again numbers its entries above every id the old one
-// had, and no reader skips them). Live
+// had, and no reader skips them). When the server's clock is more than
+// 50ms behind the stream's last id, the stream is left emptied and without
+// groups, keeping its last id, rather than waited for. Live
 // subscriptions keep running: a group member finds its group gone
 // (NOGROUP), recreates it and receives the events published after the
 // deletion; an entry one of them had read and not acked is not delivered
@@ -101,6 +103,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		return err
 	}
 	key := b.keys.Stream(topic)
+	written := b.bus.lastWrite(key) // before the deletion: gone with it
 	first := "1"
 	for {
 		// With a command go-redis never retries: a retried first call
@@ -109,7 +112,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
 		del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
 		_, _ = pipe.Exec(ctx)
-		done, err := del.Int()
+		wait, err := del.Int64()
 		if isNoScript(err) {
 			if err := deleteTopicScript.Load(ctx, b.client).Err(); err != nil {
 				return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
@@ -119,20 +122,31 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		if err != nil {
 			return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
 		}
-		if first == "1" {
-			b.bus.forgetWrites(key) // gone: no Flush waits for them
+		if first == "1" && written != "" {
+			b.bus.forgetWrites(key, written) // gone: no Flush waits for them
 		}
-		if done == 1 {
+		if wait <= 0 {
 			return nil
 		}
-		// Emptied within the millisecond of its last entry: deleted a
-		// millisecond later (delete_topic.lua).
+		if wait > deleteTopicMaxWait.Milliseconds() {
+			// The server's clock is behind the stream's ids (a failover
+			// to a server whose clock lags, say): the stream stays,
+			// emptied and without groups, keeping its last id, until a
+			// later DeleteTopic or StreamIdleTTL removes it.
+			return nil
+		}
+		// Emptied within the millisecond of its last entry: deleted once
+		// the server's clock passed it (delete_topic.lua).
 		first = "0"
-		if err := backoff.Sleep(ctx, time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, time.Duration(wait)*time.Millisecond); err != nil {
 			return fmt.Errorf("redisstreams: delete topic %q: emptied, not yet deleted: %w", topic, err)
 		}
 	}
 }
+
+// deleteTopicMaxWait bounds how long DeleteTopic waits for the server's
+// clock to pass the stream's last id before it deletes the emptied stream.
+const deleteTopicMaxWait = 50 * time.Millisecond
 
 var (
 	//go:embed lua/delete_topic.lua

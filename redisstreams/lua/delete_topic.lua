@@ -10,12 +10,14 @@
 -- skip them. So the key is deleted only once the server's clock is past
 -- that millisecond. Before that, the first call empties the stream and
 -- destroys its groups, keeping the key (an empty stream keeps its last id,
--- so entries added meanwhile are numbered above it), and returns 0: call
--- again with "0" a millisecond later. A later call deletes only a stream
--- still empty and without groups (one that was published to or subscribed
--- to meanwhile lives on) and returns 1 once nothing is left to do.
+-- so entries added meanwhile are numbered above it), and returns how many
+-- milliseconds to wait before calling again with "0" (more than one when the
+-- server's clock is behind the stream's ids). A later call deletes only a
+-- stream still empty and without groups (one that was published to or
+-- subscribed to meanwhile lives on). It returns 0 once nothing is left to
+-- do.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 1
+  return 0
 end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last
@@ -29,12 +31,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '1' then
   if redis.call('XLEN', KEYS[1]) ~= 0 or #redis.call('XINFO', 'GROUPS', KEYS[1]) ~= 0 then
-    return 1
+    return 0
   end
 end
 if now > ms then
   redis.call('DEL', KEYS[1])
-  return 1
+  return 0
 end
 if ARGV[1] == '1' then
   local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
@@ -47,4 +49,4 @@ if ARGV[1] == '1' then
   end
   redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
 end
-return 0
+return ms - now + 1

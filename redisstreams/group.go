@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -202,7 +201,7 @@ const readGuardTTL = 10 * time.Minute
 // (it expires after readGuardTTL). The guard is set only if missing.
 func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
 	pipe := s.b.client.Pipeline()
-	_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
+	noRetry(ctx, pipe, key)
 	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
 	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
 	_, _ = pipe.Exec(ctx)
@@ -711,7 +710,7 @@ func (g *groupSub) readLoop() {
 		// A command go-redis never retries makes it retry none of the
 		// pipeline (per node on a Cluster, hence one per read): a retried
 		// read would be refused (read.lua) and have to be recovered from.
-		_ = pipe.Process(g.ctx, redis.NewRawWriteToCmd(g.ctx, io.Discard, "XLEN", g.key))
+		noRetry(g.ctx, pipe, g.key)
 		if !g.cfg.ReadOnDemand {
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
 		}

@@ -3,10 +3,8 @@ package redisstreams
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,101 +95,32 @@ func TestLateGuardCreateFailsSubscribe(t *testing.T) {
 
 // Variant: the NOGUARD re-creation (readLoop's plain SET guard readSeq) delivered late.
 func TestLateGuardRecreateKeepsStaleReadOut(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
-	px := redistest.NewProxy(t, srv.Addr())
+	r := newLateRig(t)
 	ctx := context.Background()
-	logger, fails := readFailures(slog.Default().Handler())
-	b, err := NewURL(ctx, "redis://"+px.Addr(), Options{Prefix: psPrefix(), Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	pub, err := NewURL(ctx, srv.URL(), Options{Prefix: b.opts.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
-
-	var dead atomic.Int64
-	countDeadLetters(t, pub, "t", &dead)
-	var (
-		mu  sync.Mutex
-		ran []string
-	)
-	start := time.Now()
-	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
-		mu.Lock()
-		ran = append(ran, fmt.Sprintf("%s#%d", e.Data, e.DeliveryAttempt))
-		mu.Unlock()
-		return nil
-	}, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.ReadOnDemand(),
-		pubsub.MaxDeliveries(1), pubsub.AckDeadline(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("subscribed after %v", time.Since(start))
-	defer sub.Unsubscribe(ctx)
-	g := sub.(*groupSub)
-	ranAll := func(want ...string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return strings.Join(ran, " ") == strings.Join(want, " ")
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
-				t.Fatalf("%s: not within 20s (ran %v, %d dead-lettered)", what, ran, dead.Load())
-			}
-			g.Kick()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	publish := func(data string) {
-		if err := pub.Publish(ctx, "t", pubsub.Event{Type: "x", Data: []byte(data)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish("e1")
-	waitFor("e1 run", func() bool { return ranAll("e1#1") })
+	r.publish("e1")
+	r.waitFor("e1 run", func() bool { return r.ranAll("e1#1") })
 	// The guard is lost (a restart without persistence, a failover to a
 	// replica that did not get it): the next read is refused (NOGUARD) and
-	// readLoop sets it again with a plain SET, which the network holds.
-	px.HoldNext(func(b []byte) bool {
+	// readLoop sets it again, which the network holds.
+	r.px.HoldNext(func(b []byte) bool {
 		s := strings.ToUpper(string(b))
 		return strings.Contains(s, "RGUARD") && !strings.Contains(s, "EVALSHA")
 	})
-	if err := srv.Client(t).Del(ctx, g.guard).Err(); err != nil {
+	if err := r.srv.Client(t).Del(ctx, r.g.guard).Err(); err != nil {
 		t.Fatal(err)
 	}
-	publish("e1b")
-	waitFor("e1b run", func() bool { return ranAll("e1#1", "e1b#1") })
+	r.publish("e1b")
+	r.waitFor("e1b run", func() bool { return r.ranAll("e1#1", "e1b#1") })
 
-	px.HoldNext(func(b []byte) bool { return strings.Contains(strings.ToUpper(string(b)), "XLEN") })
-	g.Kick()
-	select {
-	case <-fails:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the held read did not fail within 20s")
-	}
-	waitFor("lost-read checks ended", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return !g.suspect
-	})
-	publish("e2")
-	if n := px.Release(); n != 2 {
+	r.holdNextRead()
+	r.waitChecksEnded()
+	r.publish("e2")
+	if n := r.px.Release(); n != 2 {
 		t.Fatalf("released %d held connections, want 2", n)
 	}
-	waitFor("e2 run", func() bool { return ranAll("e1#1", "e1b#1", "e2#1") || dead.Load() > 0 || len(ran) > 2 })
+	r.waitFor("e2 run", func() bool { return r.ranAll("e1#1", "e1b#1", "e2#1") || r.dead.Load() > 0 || r.ranCount() > 2 })
 	time.Sleep(3 * time.Second)
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(ran, " ") != "e1#1 e1b#1 e2#1" || dead.Load() > 0 {
-		t.Fatalf("ran %v and dead-lettered %d; want e1#1 e1b#1 e2#1 and nothing dead-lettered", ran, dead.Load())
+	if got := r.result(); got != "e1#1 e1b#1 e2#1" || r.dead.Load() > 0 {
+		t.Fatalf("ran %v and dead-lettered %d; want e1#1 e1b#1 e2#1 and nothing dead-lettered", got, r.dead.Load())
 	}
 }

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	_ "embed"
+	"io"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,15 @@ const (
 	// in one batch.
 	readMaxBatch = 128
 )
+
+// noRetry adds to pipe a command go-redis never retries (an O(1) XLEN of
+// key, sent with its reply discarded): go-redis then retries none of the
+// pipeline (per node on a Cluster, so key must be on the node of the other
+// commands). For a pipeline that must not run twice: a group read, the
+// creation of a read guard, a deletion that empties a stream.
+func noRetry(ctx context.Context, pipe redis.Pipeliner, key string) {
+	_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
+}
 
 // readBatchTimeout bounds a batch of reads sent for others (retries
 // included): a subscription whose read rides it waits for it as it stops.

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"time"
 
@@ -109,7 +108,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		// With a command go-redis never retries: a retried first call
 		// could empty what was published after the first one ran.
 		pipe := b.client.Pipeline()
-		_ = pipe.Process(ctx, redis.NewRawWriteToCmd(ctx, io.Discard, "XLEN", key))
+		noRetry(ctx, pipe, key)
 		del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
 		_, _ = pipe.Exec(ctx)
 		wait, err := del.Int64()

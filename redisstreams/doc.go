@@ -63,9 +63,9 @@
 // deadlines"): created as the subscription starts, deleted as it stops, and
 // expiring 10 minutes after the subscription's last read when it is left
 // behind (a member that died, a server that did not answer its cleanup). A
-// subscription one of whose commands may still reach the server late (a
-// read that timed out, a guard that had to be set again) leaves a tombstone
-// in it instead, which expires 10 minutes later. The round trip that
+// subscription whose guard had to be set again (a copy of that command may
+// still reach the server late) leaves a tombstone in it instead, which
+// expires 10 minutes later. The round trip that
 // creates the group and the guard is never retried by go-redis: when it
 // times out, Subscribe fails (TestLateGuardCreateFailsSubscribe).
 //

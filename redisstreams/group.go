@@ -58,11 +58,11 @@ type groupSub struct {
 	// server only if no later one ran and the subscription has not ended.
 	guard   string
 	readSeq uint64
-	// lateRisk says a command that sets the guard, or a read, may still
-	// reach the server late (one timed out, or the guard had to be set
-	// again): then cleanup leaves a tombstone in the guard instead of
-	// deleting it, so that none of them runs (or creates the guard again)
-	// afterwards.
+	// lateRisk says a command that sets the guard may still reach the
+	// server late (the guard had to be set again): then cleanup leaves a
+	// tombstone in the guard instead of deleting it, so that the late copy
+	// cannot create it again and let a late read run. (A late read alone
+	// needs no tombstone: without its guard it is refused.)
 	lateRisk atomic.Bool
 
 	// maxSeen (guarded by mu) is the highest entry id this subscription
@@ -776,9 +776,6 @@ func (g *groupSub) readLoop() {
 			continue
 		case err != nil && err != redis.Nil:
 			g.putTokens(n)
-			if sent {
-				g.lateRisk.Store(true)
-			}
 			if sent && !g.suspect {
 				// It may have run on the server all the same (also when
 				// the subscription is stopping: cleanup hands back what

@@ -45,9 +45,10 @@
 //     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
 //     Shorten it with WithLinger when threads should move sooner.
 //   - Takeover: a dead owner's thread runs again elsewhere within about
-//     TTL + recovery interval, however many signals wait behind long runs
-//     elsewhere (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s
-//     with 500 signals behind 30s runs). Close starts no run, lets running
+//     TTL + recovery interval while signals wait behind long runs elsewhere
+//     (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s with 500
+//     signals behind 30s runs); behind thousands it takes longer (see
+//     Limits: 8.3s with 5,000). Close starts no run, lets running
 //     runs finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
@@ -142,10 +143,7 @@
 // another process holds it, it checks the done record and the lease again
 // with the backoff above (from 2ms, doubling). A handler holds a notice at
 // most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
-// when that is shorter; no longer than one check while more than half of
-// the handler slots are taken, so that a burst of notices of busy threads
-// passes at the rate of one check each: TestProcTakeoverBehindBigBacklog,
-// 5,000 signals queued behind 60s runs) and then nacks it; the work subscription redelivers
+// when that is shorter) and then nacks it; the work subscription redelivers
 // it after the recovery interval (pubsub.RedeliveryDelay and RedeliveryCap),
 // and on redisstreams a nacked notice waits holding no handler slot. So no
 // handler waits for a run to end: notices of threads busy with long runs
@@ -304,11 +302,16 @@
 // fix, carrying the mark's position in the inbox with the request, is not
 // built).
 //
-// While more than half of a runtime's notice handler slots are taken, a
-// notice whose signal is not done at its first check is nacked at once
-// rather than held: each such notice then costs one check per recovery
-// interval until its signal is done, also for signals that a held notice
-// would have seen done within its hold.
+// Takeover behind a large burst of queued signals is slower than the
+// promise above: review 6 of 2026-11-22 measured 8.2–8.3s (bound 3.2s) with
+// 5,000 signals queued behind 60s runs on 100 threads, TTL 2s and recovery
+// 200ms, because each first delivery of a busy thread's notice holds a
+// handler slot for up to 250ms and a dead owner's newer notice waits for a
+// free slot. Nacking at once while most slots are busy fixed that test but
+// turned such bursts into a storm of checks (one per notice per recovery
+// interval) that starved lease renewals in the multi-process soak; the fix
+// that bounds both is a check per thread rather than per notice, not
+// built.
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,9 +98,6 @@ type Runtime struct {
 	// drained inbox (the lease was lost, or the deletion failed), for
 	// tidyLoop to try again; tidyKick wakes it, tidyDone is closed when it
 	// returned.
-	// noticesActive counts the wake notices being handled (onNotice).
-	noticesActive atomic.Int64
-
 	tidyMu   sync.Mutex
 	tidy     map[string]*tidyEntry
 	tidyKick chan struct{}
@@ -510,9 +506,7 @@ const noticePollFirst = 2 * time.Millisecond
 // lease; the handler leaves the lease alone for one recovery interval,
 // checking only the done record with the backoff.
 func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
-	rt.noticesActive.Add(1)
 	err := rt.handleNotice(ctx, ev)
-	rt.noticesActive.Add(-1)
 	if err == nil {
 		rt.noticeDone(ev.ID)
 	}
@@ -721,19 +715,6 @@ const (
 	noticeHoldRetry = 20 * time.Millisecond
 )
 
-// noticeHoldNow is noticeHold, or 0 (one check, then a nack) while more than
-// half of the handler slots are taken. A burst of notices of busy threads
-// (thousands of signals queued behind long runs) then passes at the rate of
-// one check each instead of one slot for a quarter of a second each: newer
-// notices, a dead owner's among them, are read only as slots come free, and
-// were kept waiting for seconds behind the burst.
-func (rt *Runtime) noticeHoldNow(attempt int) time.Duration {
-	if rt.noticesActive.Load() > int64(rt.cfg.workConcurrency/2) {
-		return 0
-	}
-	return noticeHold(rt.cfg, attempt)
-}
-
 // handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
@@ -746,7 +727,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	// started after that started after the signal was in the inbox, also
 	// when the notice comes back after a nack.
 	received := rt.noticeSeen(ev.ID, thread, id, time.Now())
-	hold := time.NewTimer(rt.noticeHoldNow(ev.DeliveryAttempt))
+	hold := time.NewTimer(noticeHold(rt.cfg, ev.DeliveryAttempt))
 	defer hold.Stop()
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {

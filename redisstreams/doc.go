@@ -69,6 +69,15 @@
 // creates the group and the guard is never retried by go-redis: when it
 // times out, Subscribe fails (TestLateGuardCreateFailsSubscribe).
 //
+// # Redeliveries
+//
+// A nacked entry of a group subscription with a Concurrency above 1 stays
+// pending on its consumer, holding no handler, and is claimed again once
+// its redelivery delay passed, rounded up to a sixteenth of the delay (at
+// most 10ms more), so that entries nacked together come due together and
+// are claimed in one pipeline of up to 64 (TestNackBurstRedeliveredInFewRoundTrips:
+// 500 nacks came back in 19-20 round trips, one each before).
+//
 // # Eviction
 //
 // Run Redis with maxmemory-policy noeviction: under memory pressure an

@@ -1271,7 +1271,8 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 }
 
 // retryLater keeps the nacked entry m pending on this consumer, holding no
-// handler and no token, and gives it to retryLoop after d.
+// handler and no token, and gives it to retryLoop after d (rounded up to a
+// sixteenth of d, at most 10ms later).
 func (g *groupSub) retryLater(m *groupMsg, d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -1279,6 +1280,12 @@ func (g *groupSub) retryLater(m *groupMsg, d time.Duration) {
 		return
 	}
 	m.waiting = true
+	// Entries nacked within the same slice of time come due together
+	// (slices of a sixteenth of the delay, at most 10ms), so that retryLoop
+	// claims them in one pipeline.
+	if q := min(d/16, 10*time.Millisecond); q > 0 {
+		d += q - time.Duration(time.Now().Add(d).UnixNano()%int64(q))
+	}
 	m.timer = time.AfterFunc(d, func() {
 		g.mu.Lock()
 		if g.inflight == nil || g.inflight[m.id] != m || !m.waiting {
@@ -1298,8 +1305,13 @@ func (g *groupSub) retryLater(m *groupMsg, d time.Duration) {
 // it waits for a free token, claims it again (which counts the attempt on
 // the server; MinIdle is the time since our own claim, so an entry another
 // member has taken over meanwhile, its idle time restarted, is left to it)
-// and queues it for a handler.
+// and queues it for a handler. Entries due together are claimed in one
+// pipeline, as many as there are free tokens (at most retryBatch), so that
+// a burst of nacks (notices of threads busy elsewhere, say) comes back in a
+// few round trips rather than one per entry.
 func (g *groupSub) retryLoop() {
+	batch := make([]*groupMsg, 0, retryBatch)
+	cmds := make([]*redis.XMessageSliceCmd, 0, retryBatch)
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -1308,41 +1320,70 @@ func (g *groupSub) retryLoop() {
 		}
 		for {
 			g.mu.Lock()
-			if len(g.due) == 0 {
-				g.mu.Unlock()
+			n := len(g.due)
+			g.mu.Unlock()
+			if n == 0 {
 				break
 			}
-			m := g.due[0]
-			g.due[0] = nil
-			g.due = g.due[1:]
-			g.mu.Unlock()
 			select {
 			case <-g.tokens:
 			case <-g.ctx.Done():
 				return
 			}
-			g.mu.Lock()
-			minIdle := time.Since(m.received)
-			g.mu.Unlock()
-			msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
-				Stream: g.key, Group: g.group, Consumer: g.consumer,
-				MinIdle: minIdle, Messages: []string{m.id},
-			}).Result()
-			if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
-				g.forget(m.id)
-				g.tokens <- struct{}{}
-				continue
+			tokens := 1
+		more:
+			for tokens < min(n, retryBatch) {
+				select {
+				case <-g.tokens:
+					tokens++
+				default:
+					break more
+				}
 			}
 			g.mu.Lock()
-			m.received = time.Now()
-			m.values = msgs[0].Values
-			m.attempt++
-			m.waiting, m.started, m.timer = false, false, nil
+			k := min(tokens, len(g.due))
+			batch = append(batch[:0], g.due[:k]...)
+			clear(g.due[:k])
+			g.due = g.due[k:]
+			minIdle := make([]time.Duration, k)
+			for i, m := range batch {
+				minIdle[i] = time.Since(m.received)
+			}
 			g.mu.Unlock()
-			g.ch <- m
+			for range tokens - k {
+				g.tokens <- struct{}{}
+			}
+			pipe := g.s.b.client.Pipeline()
+			cmds = cmds[:0]
+			for i, m := range batch {
+				cmds = append(cmds, pipe.XClaim(g.ctx, &redis.XClaimArgs{
+					Stream: g.key, Group: g.group, Consumer: g.consumer,
+					MinIdle: minIdle[i], Messages: []string{m.id},
+				}))
+			}
+			_, _ = pipe.Exec(g.ctx)
+			for i, m := range batch {
+				msgs, err := cmds[i].Result()
+				if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
+					g.forget(m.id)
+					g.tokens <- struct{}{}
+					continue
+				}
+				g.mu.Lock()
+				m.received = time.Now()
+				m.values = msgs[0].Values
+				m.attempt++
+				m.waiting, m.started, m.timer = false, false, nil
+				g.mu.Unlock()
+				g.ch <- m
+			}
+			clear(batch)
 		}
 	}
 }
+
+// retryBatch is the most nacked entries retryLoop claims in one pipeline.
+const retryBatch = 64
 
 func (g *groupSub) forget(id string) {
 	g.mu.Lock()

@@ -94,6 +94,12 @@ type Runtime struct {
 	// threads) is not swept on every insert.
 	seenSweepAt, endsSweepAt int
 
+	// watching holds the threads one of this process's notice handlers
+	// watches (watch.go).
+	watchMu      sync.Mutex
+	watching     map[string]*threadWatch
+	watchSweepAt int
+
 	// tidy holds the threads whose tenure ended without deleting a
 	// drained inbox (the lease was lost, or the deletion failed), for
 	// tidyLoop to try again; tidyKick wakes it, tidyDone is closed when it
@@ -475,6 +481,7 @@ func (rt *Runtime) isDone(ctx context.Context, thread, id string) (bool, error) 
 	if err != nil {
 		return false, err
 	}
+	rt.watchedRecord(thread, rec, time.Now())
 	return recordHas(rec, id), nil
 }
 
@@ -732,6 +739,17 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
+	} else {
+		// One handler per thread waits on it and checks it (watch.go);
+		// the others settle from what it and this process know, or nack
+		// at once. (The first delivery of a Woke send's notice, one per
+		// tenure started, stays out of this: it does not try the lease
+		// for a recovery interval, so it must not keep a notice that
+		// would from doing so.)
+		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now()) {
+			return rt.followNotice(thread, id, received)
+		}
+		defer rt.unwatchThread(thread)
 	}
 	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
 	if ev.DeliveryAttempt > 1 {

@@ -544,3 +544,16 @@ func (s *session) dropDrainedInbox() bool {
 	s.mu.Unlock()
 	return true
 }
+
+// ranHereNow reports, without waiting, whether this tenure (or this
+// process, or the done record the tenure last wrote) ran id.
+func (s *session) ranHereNow(id string) bool {
+	select {
+	case <-s.ready:
+	default:
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ranHere(id)
+}

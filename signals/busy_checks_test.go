@@ -1,0 +1,183 @@
+package signals_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// keyHook counts the commands a client sends that name a key containing
+// one of its markers (inside pipelines too).
+type keyHook struct {
+	markers []string
+	n       atomic.Int64
+}
+
+func (h *keyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *keyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *keyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *keyHook) count(cmd redis.Cmder) {
+	for _, a := range cmd.Args() {
+		s, ok := a.(string)
+		if !ok {
+			continue
+		}
+		for _, m := range h.markers {
+			if strings.Contains(s, m) {
+				h.n.Add(1)
+				return
+			}
+		}
+	}
+}
+
+// TestBusyThreadNoticesCheckedPerThread: while threads are busy in
+// another runtime with many signals queued behind their runs, a runtime
+// holding their wake notices checks each thread (its done record, its
+// lease) about once per poll, however many of its notices it holds: one
+// handler watches a thread, the others nack without a round trip
+// (signals/watch.go). Before, every notice cost a check each time it came
+// back (every recovery interval), so the cost grew with the backlog and a
+// burst of them kept every handler slot busy (the takeover of a dead
+// owner's thread then waited behind them: TestProcTakeoverBehindBigBacklog).
+// Once the runs are released, every signal runs exactly once and no notice
+// stays pending: followers lose nothing.
+func TestBusyThreadNoticesCheckedPerThread(t *testing.T) {
+	srv, _ := startRedis(t)
+	ctx := context.Background()
+	const (
+		threads  = 10
+		per      = 100 // queued behind each run
+		recovery = 100 * time.Millisecond
+		window   = 2 * time.Second
+	)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	var (
+		mu   sync.Mutex
+		runs = map[string]int{}
+	)
+	agent := func(ctx context.Context, run *signals.Run) error {
+		take := func(s signals.Signal) {
+			mu.Lock()
+			runs[s.ID]++
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		for _, s := range run.Signals {
+			take(s)
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				return nil
+			}
+			take(s)
+		}
+	}
+	opts := func(id string) []signals.Option {
+		return []signals.Option{signals.WithProcessID(id), signals.WithLeaseTTL(4 * time.Second),
+			signals.WithRecoveryInterval(recovery), signals.WithLinger(50 * time.Millisecond)}
+	}
+	newRT := func(id string, hook redis.Hook) *signals.Runtime {
+		b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "busy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hook != nil {
+			b.Client().AddHook(hook)
+		}
+		rt, err := signals.New(b, agent, opts(id)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := rt.Close(cctx); err != nil {
+				t.Errorf("runtime %s Close: %v", id, err)
+			}
+			b.Close()
+		})
+		return rt
+	}
+	hook := &keyHook{}
+	for th := range threads {
+		hook.markers = append(hook.markers, fmt.Sprintf("signals.thread.busy%d", th), fmt.Sprintf("signals.done.busy%d", th))
+	}
+	a := newRT("A", nil)
+	b := newRT("B", hook) // holds no thread: every check of its handlers names a busy thread's key
+	_ = b
+	for th := range threads {
+		thread := fmt.Sprint("busy", th)
+		for i := range per + 1 {
+			if _, err := a.Send(ctx, thread, signals.Signal{ID: fmt.Sprintf("%s-%03d", thread, i), Type: "msg"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Let the first deliveries pass, then count B's checks over a window.
+	time.Sleep(time.Second)
+	before := hook.n.Load()
+	time.Sleep(window)
+	checks := hook.n.Load() - before
+	cycles := int64(window / recovery)
+	// Per thread and recovery interval: a watcher's check is two commands
+	// (done record, acquire); allow three checks (measured: about one).
+	// Checked per notice (before watch.go: 7,262 commands), the
+	// ~500 notices B holds would cost 2 commands each per cycle.
+	bound := int64(threads) * cycles * 3 * 2
+	t.Logf("B sent %d commands naming a busy thread's keys in %v (%d threads, %d signals queued, recovery %v; bound %d)",
+		checks, window, threads, threads*per, recovery, bound)
+	if checks > bound {
+		t.Errorf("B sent %d commands naming busy threads' keys in %v, want at most %d (checks per thread, not per notice)", checks, window, bound)
+	}
+	releaseOnce.Do(func() { close(release) })
+	bk, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "busy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bk.Close()
+	waitFor(t, 60*time.Second, "every signal ran and every notice was acked", func() bool {
+		mu.Lock()
+		n := len(runs)
+		mu.Unlock()
+		bl, err := bk.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
+		return err == nil && n == threads*(per+1) && bl.Pending == 0 && bl.Lag == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("signal %s ran %d times, want 1", id, n)
+		}
+	}
+}

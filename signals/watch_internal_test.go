@@ -1,0 +1,66 @@
+package signals
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestWatchMapBounded: the watch map (watch.go) keeps a thread's entry
+// after its watcher left only while its last check is recent; entries whose
+// last check is older than the recovery interval go at the next sweep, and
+// a thread never checked leaves nothing when its watcher leaves.
+func TestWatchMapBounded(t *testing.T) {
+	rt := &Runtime{cfg: config{recovery: time.Second}}
+	now := time.Now()
+	const n = 10 * watchSweepMin
+	for i := range n {
+		th := fmt.Sprint("t", i)
+		if !rt.watchThread(th, false, now) {
+			t.Fatalf("thread %s: not made watcher of an unwatched thread", th)
+		}
+		if i%2 == 0 {
+			rt.watchedRecord(th, "", now) // checked: kept for a while
+		}
+		rt.unwatchThread(th)
+		now = now.Add(time.Millisecond)
+	}
+	// Threads checked within the last recovery interval, at most twice
+	// what a sweep left, plus those of the last batch.
+	if got := len(rt.watching); got > 2*1000+watchSweepMin {
+		t.Fatalf("watch map holds %d entries after %d threads checked one per ms (recovery 1s), want about 1000", got, n)
+	}
+	// A second handler of a watched thread follows; on a retry, so does one
+	// that comes within half a recovery interval of the last check.
+	if !rt.watchThread("x", false, now) || rt.watchThread("x", false, now) {
+		t.Fatal("a second handler of a watched thread was made watcher")
+	}
+	rt.watchedRecord("x", "", now)
+	rt.unwatchThread("x")
+	if rt.watchThread("x", true, now.Add(100*time.Millisecond)) {
+		t.Fatal("a retry 100ms after the last check (recovery 1s) was made watcher")
+	}
+	if !rt.watchThread("x", false, now.Add(100*time.Millisecond)) {
+		t.Fatal("a first delivery with no active watcher was not made watcher")
+	}
+	rt.unwatchThread("x")
+	if !rt.watchThread("x", true, now.Add(600*time.Millisecond)) {
+		t.Fatal("a retry 600ms after the last check (recovery 1s) was not made watcher")
+	}
+	rt.unwatchThread("x")
+	// Everything old goes at the next sweep, which comes once the map
+	// reached the size the last sweep set.
+	later := now.Add(time.Hour)
+	at := rt.watchSweepAt
+	for i := 0; rt.watchSweepAt == at; i++ {
+		th := fmt.Sprint("u", i)
+		rt.watchThread(th, false, later)
+		rt.watchedRecord(th, "", later)
+		rt.unwatchThread(th)
+	}
+	for th, w := range rt.watching {
+		if later.Sub(w.checked) > time.Second {
+			t.Fatalf("thread %s: entry checked %v before the sweep kept", th, later.Sub(w.checked))
+		}
+	}
+}

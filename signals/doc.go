@@ -46,9 +46,9 @@
 //     Shorten it with WithLinger when threads should move sooner.
 //   - Takeover: a dead owner's thread runs again elsewhere within about
 //     TTL + recovery interval while signals wait behind long runs elsewhere
-//     (TestProcTakeoverBehindBacklog: within TTL + recovery + 1s with 500
-//     signals behind 30s runs); behind thousands it takes longer (see
-//     Limits: 8.3s with 5,000). Close starts no run, lets running
+//     (within TTL + recovery + 1s: TestProcTakeoverBehindBacklog with 500
+//     signals behind 30s runs on 20 threads, TestProcTakeoverBehindBigBacklog
+//     with 5,000 behind 60s runs on 100 threads). Close starts no run, lets running
 //     runs finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
@@ -141,14 +141,21 @@
 // the thread, and goes on at once when that tenure ends; otherwise it tries
 // the lease at once: when it wins it starts a tenure (a recovery), and when
 // another process holds it, it checks the done record and the lease again
-// with the backoff above (from 2ms, doubling). A handler holds a notice at
+// with the backoff above (from 2ms, doubling). One handler per thread and
+// process does that, the thread's watcher (signals/watch.go); a notice of a
+// thread another handler of this process watches is acked at once when what
+// this process knows (its tenures, its cache, the record as the watcher
+// last read it) shows its signal done, and nacked otherwise; so is a
+// redelivered notice of a thread checked less than half a recovery interval
+// ago. The first delivery of a Woke send's notice stays out of this. A handler holds a notice at
 // most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
 // when that is shorter) and then nacks it; the work subscription redelivers
 // it after the recovery interval (pubsub.RedeliveryDelay and RedeliveryCap),
 // and on redisstreams a nacked notice waits holding no handler slot. So no
 // handler waits for a run to end: notices of threads busy with long runs
-// cycle every recovery interval at the cost of one check each, and never
-// keep another thread's notice (a dead owner's) from being handled. The notice names the Action of its
+// cycle every recovery interval at the cost of about one check per thread,
+// hold one handler slot per thread at most, and never keep another
+// thread's notice (a dead owner's) from being handled. The notice names the Action of its
 // Send: for a Woke send, whose own new tenure reads the signal unless it
 // loses the lease, the handler checks only the done record for the first
 // recovery interval. So while any signal is not done, some notice for its
@@ -302,17 +309,6 @@
 // fix, carrying the mark's position in the inbox with the request, is not
 // built).
 //
-// Takeover behind a large burst of queued signals is slower than the
-// promise above: review 6 of 2026-11-22 measured 8.2–8.3s (bound 3.2s) with
-// 5,000 signals queued behind 60s runs on 100 threads, TTL 2s and recovery
-// 200ms, because each first delivery of a busy thread's notice holds a
-// handler slot for up to 250ms and a dead owner's newer notice waits for a
-// free slot. Nacking at once while most slots are busy fixed that test but
-// turned such bursts into a storm of checks (one per notice per recovery
-// interval) that starved lease renewals in the multi-process soak; the fix
-// that bounds both is a check per thread rather than per notice, not
-// built.
-//
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A
 // wake notice whose signal fell out of the record is acked once one tenure
@@ -324,12 +320,20 @@
 // (beyond 4,096 of them, entries older than 10 minutes are dropped). Without a lease provider, deduplication
 // is per process.
 //
-// While another process holds a thread, each wake notice of it costs up to
-// two round trips (done record, acquire) per check: about ten checks in the
-// first second with the default recovery interval, then one per interval.
-// A notice whose signal is run within milliseconds costs two or three
-// checks; in exchange the notice is acked as soon as its signal is done, so
-// notices do not queue behind handlers sleeping a recovery interval.
+// While another process holds a thread, a runtime holding wake notices of
+// it checks it (done record, acquire: up to two round trips) about ten
+// times in the first second of a watch with the default recovery interval,
+// then about once per interval, however many of its notices it holds
+// (TestBusyThreadNoticesCheckedPerThread); each of those notices still
+// comes back once per recovery interval (claimed again with the others due
+// at the same time, in one pipeline) and is nacked without a round trip of
+// its own. A notice whose signal is run within milliseconds costs its
+// watcher two or three checks; in exchange it is acked as soon as its
+// signal is done, so notices do not queue behind handlers sleeping a
+// recovery interval. A notice that arrived while another handler watched
+// its thread and was nacked is acked when it comes back, a recovery
+// interval later, if its signal is done by then: so up to a recovery
+// interval of notices of busy threads stays pending in the work group.
 //
 // The lease is checked (its loss deadline included) right before the done
 // record is written and the entry acked, and the record write is bounded by

@@ -734,8 +734,22 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	// started after that started after the signal was in the inbox, also
 	// when the notice comes back after a nack.
 	received := rt.noticeSeen(ev.ID, thread, id, time.Now())
-	hold := time.NewTimer(noticeHold(rt.cfg, ev.DeliveryAttempt))
+	holdFor := noticeHold(rt.cfg, ev.DeliveryAttempt)
+	hold := time.NewTimer(holdFor)
 	defer hold.Stop()
+	watching := false
+	// holdOver reports whether the hold is over: a watcher's hold goes on
+	// while followers' first deliveries extended it (watchExtended).
+	holdOver := func() bool {
+		if !watching {
+			return true
+		}
+		if d := rt.watchExtended(thread, time.Now()); d > 0 {
+			hold.Reset(d)
+			return false
+		}
+		return true
+	}
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
@@ -746,10 +760,11 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		// tenure started, stays out of this: it does not try the lease
 		// for a recovery interval, so it must not keep a notice that
 		// would from doing so.)
-		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now()) {
-			return rt.followNotice(thread, id, received)
+		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now(), holdFor) {
+			return rt.followNotice(thread, id, received, ev.DeliveryAttempt <= 1)
 		}
 		defer rt.unwatchThread(thread)
+		watching = true
 	}
 	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
 	if ev.DeliveryAttempt > 1 {
@@ -778,7 +793,10 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			case awaitDone:
 				return nil
 			case awaitTimeout:
-				return errRetry
+				if holdOver() {
+					return errRetry
+				}
+				continue
 			case awaitEnded:
 				// Over without the signal: the record and this
 				// process's tenures of the thread tell the rest.
@@ -808,7 +826,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		case <-wait.C:
 		case <-hold.C:
 			wait.Stop()
-			return errRetry
+			if holdOver() {
+				return errRetry
+			}
 		case <-rt.closing:
 			wait.Stop()
 			return errRetry

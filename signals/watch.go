@@ -19,8 +19,9 @@ import "time"
 // TestBusyThreadNoticesCheckedPerThread).
 //
 // A first delivery follows only a watcher that is active: that one polls
-// the thread with a backoff from 2ms for up to noticeHold, taking the lease
-// the moment it is free, so a signal sent to a tenure that is ending is
+// the thread with a backoff from 2ms, taking the lease the moment it is
+// free, for up to noticeHold after the follower's arrival as well (at most
+// twice noticeHold in all), so a signal sent to a tenure that is ending is
 // still run without waiting for a recovery interval.
 //
 // An entry lives while a watcher handles a notice of its thread, and then
@@ -31,6 +32,10 @@ type threadWatch struct {
 	active  bool      // a handler watches the thread now
 	rec     string    // the thread's done record as a watcher last read it
 	checked time.Time // when a watcher last read it (zero: never)
+	// start and until bound the active watcher's hold: from start until
+	// until, which a follower's first delivery pushes to its own arrival
+	// plus noticeHold (at most start + 2 × noticeHold of a first delivery).
+	start, until time.Time
 }
 
 // watchSweepMin is the size of the watch map below which it is not swept.
@@ -40,7 +45,7 @@ const watchSweepMin = 1024
 // returns false when the caller must follow: another handler of this
 // process watches the thread, or (on a later delivery, retry set) a
 // watcher checked it less than half a recovery interval before now.
-func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
+func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold time.Duration) bool {
 	rt.watchMu.Lock()
 	defer rt.watchMu.Unlock()
 	w := rt.watching[thread]
@@ -62,8 +67,20 @@ func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
 		w = &threadWatch{}
 		rt.watching[thread] = w
 	}
-	w.active = true
+	w.active, w.start, w.until = true, now, now.Add(hold)
 	return true
+}
+
+// watchExtended returns how much longer than its own hold the watcher of
+// thread is to hold its notice at now: followers' first deliveries extended
+// it (0: not).
+func (rt *Runtime) watchExtended(thread string, now time.Time) time.Duration {
+	rt.watchMu.Lock()
+	defer rt.watchMu.Unlock()
+	if w := rt.watching[thread]; w != nil && w.active {
+		return max(w.until.Sub(now), 0)
+	}
+	return 0
 }
 
 // unwatchThread ends the caller's watch of thread. The entry stays while
@@ -106,9 +123,26 @@ func (rt *Runtime) watchedDone(thread, id string) bool {
 // when the signal is known to be done, errRetry (a nack, back after the
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
-func (rt *Runtime) followNotice(thread, id string, received time.Time) error {
+func (rt *Runtime) followNotice(thread, id string, received time.Time, first bool) error {
 	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id) {
 		return nil
+	}
+	if first {
+		// The watcher polls on for as long as this notice's own hold
+		// would have: a signal sent to a tenure that is ending is taken
+		// the moment it was released.
+		hold := noticeHold(rt.cfg, 1)
+		rt.watchMu.Lock()
+		if w := rt.watching[thread]; w != nil && w.active {
+			until := received.Add(hold)
+			if limit := w.start.Add(2 * hold); until.After(limit) {
+				until = limit
+			}
+			if until.After(w.until) {
+				w.until = until
+			}
+		}
+		rt.watchMu.Unlock()
 	}
 	rt.mu.Lock()
 	s := rt.sessions[thread]

@@ -16,7 +16,7 @@ func TestWatchMapBounded(t *testing.T) {
 	const n = 10 * watchSweepMin
 	for i := range n {
 		th := fmt.Sprint("t", i)
-		if !rt.watchThread(th, false, now) {
+		if !rt.watchThread(th, false, now, 0) {
 			t.Fatalf("thread %s: not made watcher of an unwatched thread", th)
 		}
 		if i%2 == 0 {
@@ -32,19 +32,19 @@ func TestWatchMapBounded(t *testing.T) {
 	}
 	// A second handler of a watched thread follows; on a retry, so does one
 	// that comes within half a recovery interval of the last check.
-	if !rt.watchThread("x", false, now) || rt.watchThread("x", false, now) {
+	if !rt.watchThread("x", false, now, 0) || rt.watchThread("x", false, now, 0) {
 		t.Fatal("a second handler of a watched thread was made watcher")
 	}
 	rt.watchedRecord("x", "", now)
 	rt.unwatchThread("x")
-	if rt.watchThread("x", true, now.Add(100*time.Millisecond)) {
+	if rt.watchThread("x", true, now.Add(100*time.Millisecond), 0) {
 		t.Fatal("a retry 100ms after the last check (recovery 1s) was made watcher")
 	}
-	if !rt.watchThread("x", false, now.Add(100*time.Millisecond)) {
+	if !rt.watchThread("x", false, now.Add(100*time.Millisecond), 0) {
 		t.Fatal("a first delivery with no active watcher was not made watcher")
 	}
 	rt.unwatchThread("x")
-	if !rt.watchThread("x", true, now.Add(600*time.Millisecond)) {
+	if !rt.watchThread("x", true, now.Add(600*time.Millisecond), 0) {
 		t.Fatal("a retry 600ms after the last check (recovery 1s) was not made watcher")
 	}
 	rt.unwatchThread("x")
@@ -54,7 +54,7 @@ func TestWatchMapBounded(t *testing.T) {
 	at := rt.watchSweepAt
 	for i := 0; rt.watchSweepAt == at; i++ {
 		th := fmt.Sprint("u", i)
-		rt.watchThread(th, false, later)
+		rt.watchThread(th, false, later, 0)
 		rt.watchedRecord(th, "", later)
 		rt.unwatchThread(th)
 	}
@@ -62,5 +62,37 @@ func TestWatchMapBounded(t *testing.T) {
 		if later.Sub(w.checked) > time.Second {
 			t.Fatalf("thread %s: entry checked %v before the sweep kept", th, later.Sub(w.checked))
 		}
+	}
+}
+
+// TestWatchExtendedByFirstDeliveries: a follower's first delivery makes the
+// watcher poll on until the follower's own hold would have ended, at most
+// twice a first delivery's hold from the watcher's start; a redelivered
+// follower does not extend it.
+func TestWatchExtendedByFirstDeliveries(t *testing.T) {
+	rt := &Runtime{cfg: config{recovery: time.Second, ttl: 10 * time.Second}}
+	hold := noticeHold(rt.cfg, 1) // 250ms
+	t0 := time.Now()
+	if !rt.watchThread("x", false, t0, hold) {
+		t.Fatal("not made watcher")
+	}
+	if d := rt.watchExtended("x", t0.Add(hold)); d != 0 {
+		t.Fatalf("extended by %v without followers", d)
+	}
+	_ = rt.followNotice("x", "b", t0.Add(100*time.Millisecond), false)
+	if d := rt.watchExtended("x", t0.Add(hold)); d != 0 {
+		t.Fatalf("a redelivered follower extended the hold by %v", d)
+	}
+	_ = rt.followNotice("x", "c", t0.Add(100*time.Millisecond), true)
+	if d := rt.watchExtended("x", t0.Add(hold)); d != 100*time.Millisecond {
+		t.Fatalf("a follower arriving 100ms in extended the hold by %v at its end, want 100ms", d)
+	}
+	_ = rt.followNotice("x", "d", t0.Add(400*time.Millisecond), true)
+	if d := rt.watchExtended("x", t0.Add(hold)); d != 2*hold-hold {
+		t.Fatalf("a follower arriving 400ms in extended the hold by %v at its end, want %v (capped at twice the hold)", d, hold)
+	}
+	rt.unwatchThread("x")
+	if d := rt.watchExtended("x", t0); d != 0 {
+		t.Fatalf("extension %v after the watcher left", d)
 	}
 }

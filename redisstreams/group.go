@@ -1362,10 +1362,13 @@ func (g *groupSub) retryLoop() {
 				}))
 			}
 			_, _ = pipe.Exec(g.ctx)
+			stopping := g.ctx.Err() != nil
 			for i, m := range batch {
 				msgs, err := cmds[i].Result()
 				if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
-					g.forget(m.id)
+					if !stopping {
+						g.forget(m.id)
+					} // else: still waiting, for cleanup to hand back
 					g.tokens <- struct{}{}
 					continue
 				}

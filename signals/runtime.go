@@ -738,6 +738,15 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	hold := time.NewTimer(holdFor)
 	defer hold.Stop()
 	watching := false
+	var kick <-chan struct{} // a follower's first delivery came (watching)
+	// settled ends the handling of a settled notice: a watcher first
+	// covers the followers that extended its watch (coverFollowers).
+	settled := func() error {
+		if watching {
+			rt.coverFollowers(ctx, thread)
+		}
+		return nil
+	}
 	// holdOver reports whether the hold is over: a watcher's hold goes on
 	// while followers' first deliveries extended it (watchExtended).
 	holdOver := func() bool {
@@ -760,7 +769,8 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		// tenure started, stays out of this: it does not try the lease
 		// for a recovery interval, so it must not keep a notice that
 		// would from doing so.)
-		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now(), holdFor) {
+		var ok bool
+		if kick, ok = rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now(), holdFor); !ok {
 			return rt.followNotice(thread, id, received, ev.DeliveryAttempt <= 1)
 		}
 		defer rt.unwatchThread(thread)
@@ -791,7 +801,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			s.kick() // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
-				return nil
+				return settled()
 			case awaitTimeout:
 				if holdOver() {
 					return errRetry
@@ -806,11 +816,8 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		if err != nil {
 			return err
 		}
-		if done {
-			return nil
-		}
-		if rt.settledByTenures(thread, received) {
-			return nil
+		if done || rt.settledByTenures(thread, received) {
+			return settled()
 		}
 		if !time.Now().Before(tryAt) {
 			s, _, _, err = rt.wake(ctx, thread, true)
@@ -829,6 +836,11 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			if holdOver() {
 				return errRetry
 			}
+		case <-kick:
+			// A follower's first delivery: its signal may have been sent
+			// to a tenure that is ending, so poll from the start again.
+			wait.Stop()
+			poll = backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
 		case <-rt.closing:
 			wait.Stop()
 			return errRetry

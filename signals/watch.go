@@ -1,6 +1,11 @@
 package signals
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/backoff"
+)
 
 // threadWatch coordinates this process's handlers of one thread's wake
 // notices, so that the cost of notices of a busy thread is per thread, not
@@ -36,6 +41,12 @@ type threadWatch struct {
 	// until, which a follower's first delivery pushes to its own arrival
 	// plus noticeHold (at most start + 2 × noticeHold of a first delivery).
 	start, until time.Time
+	// followed is until as followers' first deliveries pushed it (zero
+	// when none came): how long coverFollowers goes on for them.
+	followed time.Time
+	// kick tells the active watcher that a follower's first delivery came:
+	// it polls again from noticePollFirst.
+	kick chan struct{}
 }
 
 // watchSweepMin is the size of the watch map below which it is not swept.
@@ -45,12 +56,12 @@ const watchSweepMin = 1024
 // returns false when the caller must follow: another handler of this
 // process watches the thread, or (on a later delivery, retry set) a
 // watcher checked it less than half a recovery interval before now.
-func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold time.Duration) bool {
+func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold time.Duration) (kick <-chan struct{}, ok bool) {
 	rt.watchMu.Lock()
 	defer rt.watchMu.Unlock()
 	w := rt.watching[thread]
 	if w != nil && (w.active || retry && now.Sub(w.checked) < rt.cfg.recovery/2) {
-		return false
+		return nil, false
 	}
 	if w == nil {
 		if rt.watching == nil {
@@ -67,8 +78,9 @@ func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold ti
 		w = &threadWatch{}
 		rt.watching[thread] = w
 	}
-	w.active, w.start, w.until = true, now, now.Add(hold)
-	return true
+	w.active, w.start, w.until, w.followed = true, now, now.Add(hold), time.Time{}
+	w.kick = make(chan struct{}, 1)
+	return w.kick, true
 }
 
 // watchExtended returns how much longer than its own hold the watcher of
@@ -107,11 +119,13 @@ func (rt *Runtime) watchedRecord(thread, rec string, now time.Time) {
 }
 
 // watchedDone reports whether the latest read of thread's done record by
-// a watcher holds id.
-func (rt *Runtime) watchedDone(thread, id string) bool {
+// a watcher within the last recovery interval holds id (an older read
+// could still show a signal that left the record since and, sent again,
+// is to run again).
+func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 	rt.watchMu.Lock()
 	var rec string
-	if w := rt.watching[thread]; w != nil {
+	if w := rt.watching[thread]; w != nil && now.Sub(w.checked) < rt.cfg.recovery {
 		rec = w.rec
 	}
 	rt.watchMu.Unlock()
@@ -124,7 +138,7 @@ func (rt *Runtime) watchedDone(thread, id string) bool {
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
 func (rt *Runtime) followNotice(thread, id string, received time.Time, first bool) error {
-	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id) {
+	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
 		return nil
 	}
 	if first {
@@ -141,6 +155,13 @@ func (rt *Runtime) followNotice(thread, id string, received time.Time, first boo
 			if until.After(w.until) {
 				w.until = until
 			}
+			if until.After(w.followed) {
+				w.followed = until
+			}
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
 		}
 		rt.watchMu.Unlock()
 	}
@@ -154,4 +175,50 @@ func (rt *Runtime) followNotice(thread, id string, received time.Time, first boo
 		}
 	}
 	return errRetry
+}
+
+// watchFollowed returns how much longer, at now, followers' first
+// deliveries asked the watcher of thread to go on for them (0: none).
+func (rt *Runtime) watchFollowed(thread string, now time.Time) time.Duration {
+	rt.watchMu.Lock()
+	defer rt.watchMu.Unlock()
+	if w := rt.watching[thread]; w != nil && w.active && !w.followed.IsZero() {
+		return max(w.followed.Sub(now), 0)
+	}
+	return 0
+}
+
+// coverFollowers runs when a watcher's own notice is settled while
+// followers' first deliveries extended its watch (watchFollowed): it goes
+// on for them as the watcher would, polling the thread from noticePollFirst
+// and taking its lease the moment it is free, until the extension ends or
+// a local tenure holds the thread (it reads their signals). Without it a
+// follower sent to a tenure that was ending waited a recovery interval
+// once the watcher's own signal was done (TestWatcherDoneCoversFollowers).
+func (rt *Runtime) coverFollowers(ctx context.Context, thread string) {
+	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
+	for {
+		d := rt.watchFollowed(thread, time.Now())
+		if d <= 0 {
+			return
+		}
+		s, _, _, err := rt.wake(ctx, thread, true)
+		if err != nil {
+			return // the followers come back after the recovery interval
+		}
+		if s != nil {
+			s.kick()
+			return
+		}
+		wait := time.NewTimer(min(poll.Next(), d))
+		select {
+		case <-wait.C:
+		case <-rt.closing:
+			wait.Stop()
+			return
+		case <-ctx.Done():
+			wait.Stop()
+			return
+		}
+	}
 }

@@ -16,7 +16,7 @@ func TestWatchMapBounded(t *testing.T) {
 	const n = 10 * watchSweepMin
 	for i := range n {
 		th := fmt.Sprint("t", i)
-		if !rt.watchThread(th, false, now, 0) {
+		if !watchOK(rt, th, false, now, 0) {
 			t.Fatalf("thread %s: not made watcher of an unwatched thread", th)
 		}
 		if i%2 == 0 {
@@ -32,19 +32,19 @@ func TestWatchMapBounded(t *testing.T) {
 	}
 	// A second handler of a watched thread follows; on a retry, so does one
 	// that comes within half a recovery interval of the last check.
-	if !rt.watchThread("x", false, now, 0) || rt.watchThread("x", false, now, 0) {
+	if !watchOK(rt, "x", false, now, 0) || watchOK(rt, "x", false, now, 0) {
 		t.Fatal("a second handler of a watched thread was made watcher")
 	}
 	rt.watchedRecord("x", "", now)
 	rt.unwatchThread("x")
-	if rt.watchThread("x", true, now.Add(100*time.Millisecond), 0) {
+	if watchOK(rt, "x", true, now.Add(100*time.Millisecond), 0) {
 		t.Fatal("a retry 100ms after the last check (recovery 1s) was made watcher")
 	}
-	if !rt.watchThread("x", false, now.Add(100*time.Millisecond), 0) {
+	if !watchOK(rt, "x", false, now.Add(100*time.Millisecond), 0) {
 		t.Fatal("a first delivery with no active watcher was not made watcher")
 	}
 	rt.unwatchThread("x")
-	if !rt.watchThread("x", true, now.Add(600*time.Millisecond), 0) {
+	if !watchOK(rt, "x", true, now.Add(600*time.Millisecond), 0) {
 		t.Fatal("a retry 600ms after the last check (recovery 1s) was not made watcher")
 	}
 	rt.unwatchThread("x")
@@ -54,7 +54,7 @@ func TestWatchMapBounded(t *testing.T) {
 	at := rt.watchSweepAt
 	for i := 0; rt.watchSweepAt == at; i++ {
 		th := fmt.Sprint("u", i)
-		rt.watchThread(th, false, later, 0)
+		watchOK(rt, th, false, later, 0)
 		rt.watchedRecord(th, "", later)
 		rt.unwatchThread(th)
 	}
@@ -73,7 +73,7 @@ func TestWatchExtendedByFirstDeliveries(t *testing.T) {
 	rt := &Runtime{cfg: config{recovery: time.Second, ttl: 10 * time.Second}}
 	hold := noticeHold(rt.cfg, 1) // 250ms
 	t0 := time.Now()
-	if !rt.watchThread("x", false, t0, hold) {
+	if !watchOK(rt, "x", false, t0, hold) {
 		t.Fatal("not made watcher")
 	}
 	if d := rt.watchExtended("x", t0.Add(hold)); d != 0 {
@@ -95,4 +95,10 @@ func TestWatchExtendedByFirstDeliveries(t *testing.T) {
 	if d := rt.watchExtended("x", t0); d != 0 {
 		t.Fatalf("extension %v after the watcher left", d)
 	}
+}
+
+// watchOK is rt.watchThread's verdict alone.
+func watchOK(rt *Runtime, thread string, retry bool, now time.Time, hold time.Duration) bool {
+	_, ok := rt.watchThread(thread, retry, now, hold)
+	return ok
 }

@@ -151,7 +151,11 @@
 // this process knows (its tenures, its cache, the record as the watcher
 // last read it) shows its signal done, and nacked otherwise; so is a
 // redelivered notice of a thread checked less than half a recovery interval
-// ago. The first delivery of a Woke send's notice stays out of this. A handler holds a notice at
+// ago. A notice nacked that way on its first delivery makes the watcher
+// poll from 2ms again and go on, even once its own signal is done, until
+// the follower's own hold would have ended (TestWatcherDoneCoversFollowers),
+// so a signal sent to an ending tenure is taken as promptly as before. The
+// first delivery of a Woke send's notice stays out of this. A handler holds a notice at
 // most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
 // when that is shorter) and then nacks it; the work subscription redelivers
 // it after the recovery interval (pubsub.RedeliveryDelay and RedeliveryCap),

@@ -24,10 +24,11 @@ import (
 // TestBusyThreadNoticesCheckedPerThread).
 //
 // A first delivery follows only a watcher that is active: that one polls
-// the thread with a backoff from 2ms, taking the lease the moment it is
-// free, for up to noticeHold after the follower's arrival as well (at most
-// twice noticeHold in all), so a signal sent to a tenure that is ending is
-// still run without waiting for a recovery interval.
+// the thread again from 2ms, taking the lease the moment it is free, for
+// up to noticeHold after the follower's arrival as well (at most twice
+// noticeHold in all), also once its own signal is done (coverFollowers), so
+// a signal sent to a tenure that is ending is still run without waiting for
+// a recovery interval.
 //
 // An entry lives while a watcher handles a notice of its thread, and then
 // until it is swept (beyond watchSweepMin entries, those whose last check

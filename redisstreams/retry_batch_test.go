@@ -105,3 +105,93 @@ func TestNackBurstRedeliveredInFewRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// claimGate holds the first pipeline that carries an XCLAIM, while armed,
+// until release is closed.
+type claimGate struct {
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *claimGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *claimGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *claimGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() {
+			for _, c := range cmds {
+				if strings.EqualFold(c.Name(), "xclaim") {
+					hold := false
+					h.once.Do(func() { hold = true; close(h.held) })
+					if hold {
+						<-h.release
+					}
+					break
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestUnsubscribeDuringRedeliveryHandsBack: Unsubscribe while a batch of
+// nacked entries is being claimed again (the pipeline fails: the
+// subscription's ctx ended) hands those entries back like every other
+// nacked entry waiting here (claimable at once by another member), rather
+// than leaving them pending on the departed consumer until the ack
+// deadline.
+func TestUnsubscribeDuringRedeliveryHandsBack(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	gate := &claimGate{held: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(gate.release) }) })
+	b.Client().AddHook(gate)
+	const n = 5
+	var nacks atomic.Int64
+	sub, err := b.Subscribe(ctx, "ub", func(context.Context, pubsub.Event) error {
+		nacks.Add(1)
+		return context.Canceled
+	}, pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest), pubsub.Concurrency(4),
+		pubsub.AckDeadline(time.Minute), pubsub.RedeliveryDelay(300*time.Millisecond), pubsub.RedeliveryCap(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.armed.Store(true)
+	for range n {
+		if err := b.Publish(ctx, "ub", pubsub.Event{Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-gate.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no redelivery claimed within 10s")
+	}
+	unsub := make(chan error, 1)
+	go func() { unsub <- sub.Unsubscribe(ctx) }()
+	time.Sleep(50 * time.Millisecond) // Unsubscribe has cancelled the subscription
+	releaseOnce.Do(func() { close(gate.release) })
+	if err := <-unsub; err != nil {
+		t.Fatal(err)
+	}
+	pend, err := b.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: b.keys.Stream("ub"), Group: "g", Start: "-", End: "+", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pend) != n {
+		t.Fatalf("%d entries pending after Unsubscribe, want %d (nacked, not acked)", len(pend), n)
+	}
+	for _, p := range pend {
+		if p.Idle < time.Hour {
+			t.Errorf("entry %s pending on %s idle %v after Unsubscribe: not handed back (claimable only after the ack deadline)", p.ID, p.Consumer, p.Idle)
+		}
+	}
+}

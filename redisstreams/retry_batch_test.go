@@ -14,29 +14,46 @@ import (
 	"github.com/leasebus/leasebus/pubsub"
 )
 
-// xclaimTrips counts the round trips that carry an XCLAIM.
-type xclaimTrips struct{ n atomic.Int64 }
+// xclaimHook counts the round trips that carry an XCLAIM and, while armed,
+// holds the first of them before it is sent until release is closed.
+type xclaimHook struct {
+	n       atomic.Int64
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
 
-func (h *xclaimTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *xclaimHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *xclaimTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *xclaimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.EqualFold(cmd.Name(), "xclaim") {
-			h.n.Add(1)
-		}
+		h.seen([]redis.Cmder{cmd})
 		return next(ctx, cmd)
 	}
 }
 
-func (h *xclaimTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *xclaimHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if strings.EqualFold(c.Name(), "xclaim") {
-				h.n.Add(1)
-				break
+		h.seen(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *xclaimHook) seen(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if !strings.EqualFold(c.Name(), "xclaim") {
+			continue
+		}
+		h.n.Add(1)
+		if h.armed.Load() {
+			hold := false
+			h.once.Do(func() { hold = true; close(h.held) })
+			if hold {
+				<-h.release
 			}
 		}
-		return next(ctx, cmds)
+		return
 	}
 }
 
@@ -57,7 +74,7 @@ func TestNackBurstRedeliveredInFewRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	hook := &xclaimTrips{}
+	hook := &xclaimHook{}
 	b.Client().AddHook(hook)
 	const n = 500
 	var (
@@ -106,35 +123,6 @@ func TestNackBurstRedeliveredInFewRoundTrips(t *testing.T) {
 	}
 }
 
-// claimGate holds the first pipeline that carries an XCLAIM, while armed,
-// until release is closed.
-type claimGate struct {
-	armed   atomic.Bool
-	held    chan struct{}
-	release chan struct{}
-	once    sync.Once
-}
-
-func (h *claimGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *claimGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *claimGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.armed.Load() {
-			for _, c := range cmds {
-				if strings.EqualFold(c.Name(), "xclaim") {
-					hold := false
-					h.once.Do(func() { hold = true; close(h.held) })
-					if hold {
-						<-h.release
-					}
-					break
-				}
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestUnsubscribeDuringRedeliveryHandsBack: Unsubscribe while a batch of
 // nacked entries is being claimed again (the pipeline fails: the
 // subscription's ctx ended) hands those entries back like every other
@@ -150,7 +138,7 @@ func TestUnsubscribeDuringRedeliveryHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	gate := &claimGate{held: make(chan struct{}), release: make(chan struct{})}
+	gate := &xclaimHook{held: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(gate.release) }) })
 	b.Client().AddHook(gate)

@@ -65,16 +65,7 @@ func TestBigBacklogWorker(t *testing.T) {
 			case <-ctx.Done():
 			}
 		}
-		for _, s := range run.Signals {
-			take(s)
-		}
-		for {
-			s, ok := run.Next(ctx)
-			if !ok {
-				return nil
-			}
-			take(s)
-		}
+		return eachSignal(ctx, run, take)
 	}
 	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(procTTL),
 		signals.WithRecoveryInterval(recovery), signals.WithLinger(100*time.Millisecond))

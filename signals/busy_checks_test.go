@@ -92,16 +92,7 @@ func TestBusyThreadNoticesCheckedPerThread(t *testing.T) {
 			case <-ctx.Done():
 			}
 		}
-		for _, s := range run.Signals {
-			take(s)
-		}
-		for {
-			s, ok := run.Next(ctx)
-			if !ok {
-				return nil
-			}
-			take(s)
-		}
+		return eachSignal(ctx, run, take)
 	}
 	opts := func(id string) []signals.Option {
 		return []signals.Option{signals.WithProcessID(id), signals.WithLeaseTTL(4 * time.Second),

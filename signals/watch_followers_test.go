@@ -118,16 +118,7 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 					}
 				}
 			}
-			for _, s := range run.Signals {
-				take(s)
-			}
-			for {
-				s, ok := run.Next(ctx)
-				if !ok {
-					return nil
-				}
-				take(s)
-			}
+			return eachSignal(ctx, run, take)
 		}
 	}
 	wait := func(id string, bound time.Duration) windowArrival {
@@ -220,16 +211,7 @@ func TestWatcherFollowersOfEndingTenures(t *testing.T) {
 					}
 				}
 			}
-			for _, s := range run.Signals {
-				take(s)
-			}
-			for {
-				s, ok := run.Next(ctx)
-				if !ok {
-					return nil
-				}
-				take(s)
-			}
+			return eachSignal(ctx, run, take)
 		}
 	}
 	wait := func(thread, id string, bound time.Duration) (arrival, bool) {

@@ -118,11 +118,17 @@
 // The ending tenure stays registered in its process until it released, so a
 // local Send that meets it after it stopped reading waits for the release
 // and then tries the lease itself (usually Woke), and a local notice handler
-// waiting on it acts the moment it ended. A notice handler of another
-// process finds the lease held and checks again after 2ms, then 4ms, 8ms and
-// so on up to the recovery interval: the ending holder releases within a few
-// round trips (about a millisecond on an idle server), and the handler takes
-// the thread (a Recovered tenure) as soon as it is free.
+// waiting on it acts the moment it ended. For the other processes, two
+// things together close it, however long the release takes: a tenure that
+// released looks at its inbox once more (one script; on redisstreams the
+// deletion of a drained inbox) and, when a signal came in meanwhile, takes
+// the thread again (a Recovered tenure); and a notice handler of another
+// process tries the lease at once when its notice comes, and again (for
+// the notices of that thread that came while it watched, at least once)
+// before it lets the notice go: a signal published before the release is
+// found by the first, one published after it by the second
+// (TestSendToEndingTenure, TestFollowerReleaseAfterWatchLeft: released
+// 600ms after the Send, longer than any notice is held, and run at once).
 //
 // Lease owners are "<process>/<run id>", fresh per run, so each run is its own
 // tenure with its own fencing token; lease.Keeper renews them and cancels the
@@ -145,16 +151,16 @@
 // the thread, and goes on at once when that tenure ends; otherwise it tries
 // the lease at once: when it wins it starts a tenure (a recovery), and when
 // another process holds it, it checks the done record and the lease again
-// with the backoff above (from 2ms, doubling). One handler per thread and
-// process does that, the thread's watcher (signals/watch.go); a notice of a
-// thread another handler of this process watches is acked at once when what
-// this process knows (its tenures, its cache, the record as the watcher
-// last read it) shows its signal done, and nacked otherwise; so is a
+// after 20ms, 40ms, 80ms and so on up to the recovery interval. One handler
+// per thread and process does that, the thread's watcher
+// (signals/watch.go); a notice of a thread another handler of this process
+// watches is acked at once when what this process knows (its tenures, its
+// cache, the record as the watcher read it within the last recovery
+// interval) shows its signal done, and nacked otherwise; so is a
 // redelivered notice of a thread checked less than half a recovery interval
-// ago. A notice nacked that way on its first delivery makes the watcher
-// poll from 2ms again and go on, even once its own signal is done, until
-// the follower's own hold would have ended (TestWatcherDoneCoversFollowers),
-// so a signal sent to an ending tenure is taken as promptly as before. The
+// ago. The watcher owes a notice that followed it on its first delivery one
+// try of the lease after it came: at its next check, or as it leaves (see
+// above). The
 // first delivery of a Woke send's notice stays out of this. A handler holds a notice at
 // most 250ms on its first delivery (20ms on later ones; a quarter of the TTL
 // when that is shorter) and then nacks it; the work subscription redelivers
@@ -329,14 +335,17 @@
 // is per process.
 //
 // While another process holds a thread, a runtime holding wake notices of
-// it checks it (done record, acquire: up to two round trips) about ten
-// times in the first second of a watch with the default recovery interval,
-// then about once per interval, however many of its notices it holds
-// (TestBusyThreadNoticesCheckedPerThread); each of those notices still
+// it checks it (done record, acquire: up to two round trips) at most about
+// once per notice as the notices first come, shared by the notices of the
+// thread that come while one handler watches it (a steady stream of 240
+// notices to 4 busy threads: 378 commands, TestStreamToBusyThreadChecks;
+// 4,022 before the watch), and then about once per recovery interval per
+// thread, however many of its notices it holds
+// (TestBusyThreadNoticesCheckedPerThread). Each of those notices still
 // comes back once per recovery interval (claimed again with the others due
 // at the same time, in one pipeline) and is nacked without a round trip of
 // its own. A notice whose signal is run within milliseconds costs its
-// watcher two or three checks; in exchange it is acked as soon as its
+// watcher one to three checks; in exchange it is acked soon after its
 // signal is done, so notices do not queue behind handlers sleeping a
 // recovery interval. A notice that arrived while another handler watched
 // its thread and was nacked is acked when it comes back, a recovery

@@ -487,9 +487,11 @@ func (rt *Runtime) isDone(ctx context.Context, thread, id string) (bool, error) 
 
 // noticePollFirst is the first wait of a wake notice handler that found the
 // thread held by another process; each later wait doubles, up to the
-// recovery interval (with the default 1s: about ten checks in the first
-// second, then one per second).
-const noticePollFirst = 2 * time.Millisecond
+// recovery interval (with the default 1s: about six checks in the first
+// second, then one per second). It only paces how soon a notice is acked
+// after its signal ran: a signal sent to a tenure that is ending does not
+// wait for it (afterRelease and the watcher's owed try, watch.go).
+const noticePollFirst = 20 * time.Millisecond
 
 // onNotice handles a wake notice: it acks it once the signal it names has
 // been run (here or by whichever process owned the thread), taking the
@@ -499,10 +501,11 @@ const noticePollFirst = 2 * time.Millisecond
 // While this process holds the thread, it waits for the local tenure to run
 // the signal or end, and acts at once when it ended. While another process
 // holds it, it checks the done record and the lease again after
-// noticePollFirst, backing off to every recovery interval: a holder that was
+// noticePollFirst, backing off to every recovery interval. A holder that was
 // ending when the signal was sent (it had stopped reading its inbox and not
-// yet released) releases within a few round trips, and the signal must not
-// wait a recovery interval for that.
+// yet released) finds the signal itself once it released (afterRelease),
+// unless the notice came after the release: then the first attempt here
+// takes the thread.
 //
 // It never waits before its first attempt: Send publishes the notice only
 // after its own acquire was decided, so a free lease here means nobody is
@@ -734,31 +737,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	// started after that started after the signal was in the inbox, also
 	// when the notice comes back after a nack.
 	received := rt.noticeSeen(ev.ID, thread, id, time.Now())
-	holdFor := noticeHold(rt.cfg, ev.DeliveryAttempt)
-	hold := time.NewTimer(holdFor)
+	hold := time.NewTimer(noticeHold(rt.cfg, ev.DeliveryAttempt))
 	defer hold.Stop()
 	watching := false
-	var kick <-chan struct{} // a follower's first delivery came (watching)
-	// settled ends the handling of a settled notice: a watcher first
-	// covers the followers that extended its watch (coverFollowers).
-	settled := func() error {
-		if watching {
-			rt.coverFollowers(ctx, thread)
-		}
-		return nil
-	}
-	// holdOver reports whether the hold is over: a watcher's hold goes on
-	// while followers' first deliveries extended it (watchExtended).
-	holdOver := func() bool {
-		if !watching {
-			return true
-		}
-		if d := rt.watchExtended(thread, time.Now()); d > 0 {
-			hold.Reset(d)
-			return false
-		}
-		return true
-	}
 	tryAt := received // when to start trying the lease
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
@@ -769,11 +750,14 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		// tenure started, stays out of this: it does not try the lease
 		// for a recovery interval, so it must not keep a notice that
 		// would from doing so.)
-		var ok bool
-		if kick, ok = rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now(), holdFor); !ok {
+		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now()) {
 			return rt.followNotice(thread, id, received, ev.DeliveryAttempt <= 1)
 		}
-		defer rt.unwatchThread(thread)
+		defer func() {
+			if rt.unwatchThread(thread) {
+				rt.settleOwed(ctx, thread)
+			}
+		}()
 		watching = true
 	}
 	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
@@ -801,12 +785,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			s.kick() // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
-				return settled()
+				return nil
 			case awaitTimeout:
-				if holdOver() {
-					return errRetry
-				}
-				continue
+				return errRetry
 			case awaitEnded:
 				// Over without the signal: the record and this
 				// process's tenures of the thread tell the rest.
@@ -817,9 +798,12 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			return err
 		}
 		if done || rt.settledByTenures(thread, received) {
-			return settled()
+			return nil
 		}
 		if !time.Now().Before(tryAt) {
+			if watching {
+				rt.watchTrying(thread)
+			}
 			s, _, _, err = rt.wake(ctx, thread, true)
 			if err != nil {
 				return err
@@ -833,14 +817,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		case <-wait.C:
 		case <-hold.C:
 			wait.Stop()
-			if holdOver() {
-				return errRetry
-			}
-		case <-kick:
-			// A follower's first delivery: its signal may have been sent
-			// to a tenure that is ending, so poll from the start again.
-			wait.Stop()
-			poll = backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
+			return errRetry
 		case <-rt.closing:
 			wait.Stop()
 			return errRetry

@@ -277,6 +277,7 @@ func (s *session) loop() {
 	held := s.held
 	s.mu.Unlock()
 	lost := false
+	released := false   // the tenure ended releasing the lease
 	subscribed := false // a tenure whose inbox subscription failed read nothing: it settles no notice
 	defer func() {
 		// The session stays in rt.sessions until the lease is released: a
@@ -307,6 +308,8 @@ func (s *session) loop() {
 			ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
 			if err := held.Release(ctx); err != nil {
 				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
+			} else {
+				released = true
 			}
 			cancel()
 			rt.emit(Event{Kind: Released, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token()})
@@ -317,6 +320,9 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
+		if released {
+			rt.afterRelease(s.thread)
+		}
 	}()
 
 	// The tenure holds the thread's fenced lease, so it is the inbox's sole

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/leasebus/leasebus/internal/backoff"
+	"github.com/leasebus/leasebus/pubsub"
 )
 
 // threadWatch coordinates this process's handlers of one thread's wake
@@ -23,12 +23,15 @@ import (
 // notice finds a free slot at once (TestProcTakeoverBehindBigBacklog,
 // TestBusyThreadNoticesCheckedPerThread).
 //
-// A first delivery follows only a watcher that is active: that one polls
-// the thread again from 2ms, taking the lease the moment it is free, for
-// up to noticeHold after the follower's arrival as well (at most twice
-// noticeHold in all), also once its own signal is done (coverFollowers), so
-// a signal sent to a tenure that is ending is still run without waiting for
-// a recovery interval.
+// A first delivery follows only a watcher that is active, and the watcher
+// then owes it one try of the thread's lease after it came: at its next
+// check, or as it leaves (settleOwed). With the check a releasing tenure
+// makes of its inbox (Runtime.afterRelease) that is enough for a signal
+// sent to a tenure that is ending: one released before the notice came is
+// taken by that try, one released after finds the signal itself; either
+// way it runs without waiting for a recovery interval, at one check per
+// watch rather than a poll per notice (TestWatcherDoneCoversFollowers,
+// TestFollowerNearWatchEnd, TestStreamToBusyThreadChecks).
 //
 // An entry lives while a watcher handles a notice of its thread, and then
 // until it is swept (beyond watchSweepMin entries, those whose last check
@@ -38,16 +41,10 @@ type threadWatch struct {
 	active  bool      // a handler watches the thread now
 	rec     string    // the thread's done record as a watcher last read it
 	checked time.Time // when a watcher last read it (zero: never)
-	// start and until bound the active watcher's hold: from start until
-	// until, which a follower's first delivery pushes to its own arrival
-	// plus noticeHold (at most start + 2 × noticeHold of a first delivery).
-	start, until time.Time
-	// followed is until as followers' first deliveries pushed it (zero
-	// when none came): how long coverFollowers goes on for them.
-	followed time.Time
-	// kick tells the active watcher that a follower's first delivery came:
-	// it polls again from noticePollFirst.
-	kick chan struct{}
+	// owed: a follower's first delivery came after the active watcher's
+	// latest try of the thread's lease began; the watcher owes it one more
+	// try before it leaves (see followNotice).
+	owed bool
 }
 
 // watchSweepMin is the size of the watch map below which it is not swept.
@@ -57,12 +54,12 @@ const watchSweepMin = 1024
 // returns false when the caller must follow: another handler of this
 // process watches the thread, or (on a later delivery, retry set) a
 // watcher checked it less than half a recovery interval before now.
-func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold time.Duration) (kick <-chan struct{}, ok bool) {
+func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
 	rt.watchMu.Lock()
 	defer rt.watchMu.Unlock()
 	w := rt.watching[thread]
 	if w != nil && (w.active || retry && now.Sub(w.checked) < rt.cfg.recovery/2) {
-		return nil, false
+		return false
 	}
 	if w == nil {
 		if rt.watching == nil {
@@ -79,34 +76,37 @@ func (rt *Runtime) watchThread(thread string, retry bool, now time.Time, hold ti
 		w = &threadWatch{}
 		rt.watching[thread] = w
 	}
-	w.active, w.start, w.until, w.followed = true, now, now.Add(hold), time.Time{}
-	w.kick = make(chan struct{}, 1)
-	return w.kick, true
+	w.active, w.owed = true, false
+	return true
 }
 
-// watchExtended returns how much longer than its own hold the watcher of
-// thread is to hold its notice at now: followers' first deliveries extended
-// it (0: not).
-func (rt *Runtime) watchExtended(thread string, now time.Time) time.Duration {
+// watchTrying records that the watcher of thread is about to try its lease
+// (or found a local tenure, which reads every signal of the thread): that
+// settles what followers that came so far were owed.
+func (rt *Runtime) watchTrying(thread string) {
 	rt.watchMu.Lock()
-	defer rt.watchMu.Unlock()
 	if w := rt.watching[thread]; w != nil && w.active {
-		return max(w.until.Sub(now), 0)
-	}
-	return 0
-}
-
-// unwatchThread ends the caller's watch of thread. The entry stays while
-// its last check is recent (see threadWatch).
-func (rt *Runtime) unwatchThread(thread string) {
-	rt.watchMu.Lock()
-	if w := rt.watching[thread]; w != nil {
-		w.active = false
-		if w.checked.IsZero() {
-			delete(rt.watching, thread)
-		}
+		w.owed = false
 	}
 	rt.watchMu.Unlock()
+}
+
+// unwatchThread ends the caller's watch of thread and reports whether it
+// still owes followers a try of the lease. The entry stays while its last
+// check is recent (see threadWatch).
+func (rt *Runtime) unwatchThread(thread string) (owed bool) {
+	rt.watchMu.Lock()
+	defer rt.watchMu.Unlock()
+	w := rt.watching[thread]
+	if w == nil {
+		return false
+	}
+	owed = w.owed
+	w.active, w.owed = false, false
+	if w.checked.IsZero() {
+		delete(rt.watching, thread)
+	}
+	return owed
 }
 
 // watchedRecord stores rec, read at now, as the latest read of thread's
@@ -143,26 +143,14 @@ func (rt *Runtime) followNotice(thread, id string, received time.Time, first boo
 		return nil
 	}
 	if first {
-		// The watcher polls on for as long as this notice's own hold
-		// would have: a signal sent to a tenure that is ending is taken
-		// the moment it was released.
-		hold := noticeHold(rt.cfg, 1)
+		// The watcher tries the lease once more after this notice came
+		// (at the latest as it leaves): if the signal was sent to a tenure
+		// that was ending, and that tenure released the lease before the
+		// notice was published, that try takes the thread; if it released
+		// after, it finds the signal itself (Runtime.afterRelease).
 		rt.watchMu.Lock()
 		if w := rt.watching[thread]; w != nil && w.active {
-			until := received.Add(hold)
-			if limit := w.start.Add(2 * hold); until.After(limit) {
-				until = limit
-			}
-			if until.After(w.until) {
-				w.until = until
-			}
-			if until.After(w.followed) {
-				w.followed = until
-			}
-			select {
-			case w.kick <- struct{}{}:
-			default:
-			}
+			w.owed = true
 		}
 		rt.watchMu.Unlock()
 	}
@@ -178,48 +166,51 @@ func (rt *Runtime) followNotice(thread, id string, received time.Time, first boo
 	return errRetry
 }
 
-// watchFollowed returns how much longer, at now, followers' first
-// deliveries asked the watcher of thread to go on for them (0: none).
-func (rt *Runtime) watchFollowed(thread string, now time.Time) time.Duration {
-	rt.watchMu.Lock()
-	defer rt.watchMu.Unlock()
-	if w := rt.watching[thread]; w != nil && w.active && !w.followed.IsZero() {
-		return max(w.followed.Sub(now), 0)
+// settleOwed makes the try of thread's lease that the leaving watcher owed
+// its followers (unwatchThread): it takes the thread when it is free, or
+// kicks the local tenure. On failure the followers' notices come back after
+// the recovery interval.
+func (rt *Runtime) settleOwed(ctx context.Context, thread string) {
+	if rt.closingNow() || ctx.Err() != nil {
+		return // closing: the notices are handed back
 	}
-	return 0
+	if s, _, _, err := rt.wake(ctx, thread, true); err == nil && s != nil {
+		s.kick()
+	}
 }
 
-// coverFollowers runs when a watcher's own notice is settled while
-// followers' first deliveries extended its watch (watchFollowed): it goes
-// on for them as the watcher would, polling the thread from noticePollFirst
-// and taking its lease the moment it is free, until the extension ends or
-// a local tenure holds the thread (it reads their signals). Without it a
-// follower sent to a tenure that was ending waited a recovery interval
-// once the watcher's own signal was done (TestWatcherDoneCoversFollowers).
-func (rt *Runtime) coverFollowers(ctx context.Context, thread string) {
-	poll := backoff.Backoff{Policy: backoff.Policy{Min: noticePollFirst, Max: rt.cfg.recovery}}
-	for {
-		d := rt.watchFollowed(thread, time.Now())
-		if d <= 0 {
-			return
-		}
-		s, _, _, err := rt.wake(ctx, thread, true)
-		if err != nil {
-			return // the followers come back after the recovery interval
-		}
-		if s != nil {
-			s.kick()
-			return
-		}
-		wait := time.NewTimer(min(poll.Next(), d))
-		select {
-		case <-wait.C:
-		case <-rt.closing:
-			wait.Stop()
-			return
-		case <-ctx.Done():
-			wait.Stop()
-			return
-		}
+// afterRelease runs as a tenure that released its thread's lease ends. A
+// signal published to the inbox while the tenure was ending (after it
+// stopped reading, before its release) was sent to a holder that reads
+// nothing more: its Send reported the thread held. So the tenure looks at
+// the inbox once more now that the lease is free, and when something waits
+// in it, this process takes the thread again (a Recovered tenure; whoever
+// took it meanwhile reads the inbox instead). A signal whose notice came
+// after the release is taken by the try its notice's handler makes after
+// it came (the watcher's, for a follower). Together, that runs a signal
+// sent to an ending tenure without waiting for a recovery interval, however
+// long the release took (TestFollowerNearWatchEnd). It costs one script
+// per released tenure (delete_drained.lua on redisstreams, which also
+// deletes the inbox when nothing came).
+func (rt *Runtime) afterRelease(thread string) {
+	if rt.closingNow() {
+		return // Close hands the notices back; the next owner reads the inbox
+	}
+	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
+	defer cancel()
+	waiting := false
+	switch ps := rt.ps.(type) {
+	case pubsub.DrainedDeleter:
+		gone, err := ps.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+		waiting = err == nil && !gone
+	case pubsub.BacklogReader:
+		bl, err := ps.GroupBacklog(ctx, InboxTopic(thread), InboxGroup)
+		waiting = err == nil && bl.Lag+bl.Pending > 0
+	}
+	if !waiting {
+		return
+	}
+	if s, _, _, err := rt.wake(ctx, thread, true); err == nil && s != nil {
+		s.kick()
 	}
 }

@@ -65,40 +65,39 @@ func TestWatchMapBounded(t *testing.T) {
 	}
 }
 
-// TestWatchExtendedByFirstDeliveries: a follower's first delivery makes the
-// watcher poll on until the follower's own hold would have ended, at most
-// twice a first delivery's hold from the watcher's start; a redelivered
-// follower does not extend it.
-func TestWatchExtendedByFirstDeliveries(t *testing.T) {
+// TestWatchOwesFollowersATry: a follower's first delivery makes the
+// watcher owe one more try of the lease, settled by its next try (or a
+// local tenure found) or, when it leaves first, by unwatchThread's report;
+// a redelivered follower owes nothing, and a new watch starts owing nothing.
+func TestWatchOwesFollowersATry(t *testing.T) {
 	rt := &Runtime{cfg: config{recovery: time.Second, ttl: 10 * time.Second}}
-	hold := noticeHold(rt.cfg, 1) // 250ms
 	t0 := time.Now()
-	if !watchOK(rt, "x", false, t0, hold) {
+	if !watchOK(rt, "x", false, t0, 0) {
 		t.Fatal("not made watcher")
 	}
-	if d := rt.watchExtended("x", t0.Add(hold)); d != 0 {
-		t.Fatalf("extended by %v without followers", d)
+	_ = rt.followNotice("x", "b", t0, false)
+	if rt.unwatchThread("x") {
+		t.Fatal("a redelivered follower left a try owed")
 	}
-	_ = rt.followNotice("x", "b", t0.Add(100*time.Millisecond), false)
-	if d := rt.watchExtended("x", t0.Add(hold)); d != 0 {
-		t.Fatalf("a redelivered follower extended the hold by %v", d)
+	watchOK(rt, "x", false, t0, 0)
+	_ = rt.followNotice("x", "c", t0, true)
+	rt.watchTrying("x")
+	if rt.unwatchThread("x") {
+		t.Fatal("a try owed although the watcher tried after the follower came")
 	}
-	_ = rt.followNotice("x", "c", t0.Add(100*time.Millisecond), true)
-	if d := rt.watchExtended("x", t0.Add(hold)); d != 100*time.Millisecond {
-		t.Fatalf("a follower arriving 100ms in extended the hold by %v at its end, want 100ms", d)
+	watchOK(rt, "x", false, t0, 0)
+	rt.watchTrying("x")
+	_ = rt.followNotice("x", "d", t0, true) // came during the try
+	if !rt.unwatchThread("x") {
+		t.Fatal("no try owed to a follower that came after the watcher's latest try began")
 	}
-	_ = rt.followNotice("x", "d", t0.Add(400*time.Millisecond), true)
-	if d := rt.watchExtended("x", t0.Add(hold)); d != 2*hold-hold {
-		t.Fatalf("a follower arriving 400ms in extended the hold by %v at its end, want %v (capped at twice the hold)", d, hold)
-	}
-	rt.unwatchThread("x")
-	if d := rt.watchExtended("x", t0); d != 0 {
-		t.Fatalf("extension %v after the watcher left", d)
+	watchOK(rt, "x", false, t0, 0)
+	if rt.unwatchThread("x") {
+		t.Fatal("a new watch started owing a try")
 	}
 }
 
 // watchOK is rt.watchThread's verdict alone.
-func watchOK(rt *Runtime, thread string, retry bool, now time.Time, hold time.Duration) bool {
-	_, ok := rt.watchThread(thread, retry, now, hold)
-	return ok
+func watchOK(rt *Runtime, thread string, retry bool, now time.Time, _ time.Duration) bool {
+	return rt.watchThread(thread, retry, now)
 }

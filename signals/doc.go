@@ -35,16 +35,16 @@
 //     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md).
 //   - Cost and speed: Send is two Redis round trips (one when this process
 //     holds the thread). A forwarded signal reaches its owner's run about
-//     0.6-0.7ms after Send began when one is in flight (p99 2-3ms). At half
+//     0.6-0.7ms after Send began when one is in flight (p99 1.5-3ms). At half
 //     the maximum rate of a 2-core machine shared with redis-server, the
-//     99th percentile was 20-25ms with the 3 runtimes in one process (the
+//     99th percentile was 12-41ms with the 3 runtimes in one process (the
 //     garbage collector's cycles cause most of it; 2026-11-23) and 14-18ms
 //     with each in its own process (2026-11-22); 3 runtimes × 1,000 threads
-//     on those 2 cores ran 4,700-7,000 signals/s on 2026-11-23 (one build
-//     spanned that range within an hour: the figure follows the shared
-//     machine's load). The process spends about 150-200µs of CPU per
-//     signal and redis-server 110-160µs. BENCHMARKS.md has the commands
-//     and figures.
+//     on those 2 cores ran 4,300-7,000 signals/s on 2026-11-23 (one build
+//     spanned most of that range within an hour: the figure follows the
+//     shared machine's load). The process spends about 150-220µs of CPU
+//     per signal and redis-server 110-170µs. BENCHMARKS.md has the
+//     commands and figures.
 //   - A thread stays with the process that ran it for the linger time after
 //     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
 //     Shorten it with WithLinger when threads should move sooner.

@@ -14,7 +14,10 @@
 //     them; it always has pubsub.GroupPublisher and pubsub.BatchPublisher,
 //     passed on to the backend's own (without them it publishes plainly,
 //     one event after the other), and a subscription is the backend's own,
-//     so pubsub.Kicker is kept too;
+//     so pubsub.Kicker is kept too; pubsub.DrainedDeleter and
+//     pubsub.BacklogReader are not passed on, but the wrapper has
+//     Unwrap() pubsub.PubSub, through which pubsub.As (and so the signals
+//     runtime) finds them on the backend (TestWrapEndingTenureSlowRelease);
 //   - give a signals runtime [Instrumentation.Observer] (signals.WithObserver)
 //     for its metrics, wrap its agent with [Instrumentation.Agent] for a span
 //     per run whose parent is the trace context carried in the first signal's

@@ -357,7 +357,7 @@ func (c *Controller) Status(ctx context.Context, thread string) (ThreadStatus, e
 	if st.Owner != "" {
 		st.Process, st.RunID = processOf(st.Owner), runOf(st.Owner)
 	}
-	if br, ok := c.ps.(pubsub.BacklogReader); ok {
+	if br, ok := pubsub.As[pubsub.BacklogReader](c.ps); ok {
 		bl, err := br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup)
 		if err != nil {
 			return ThreadStatus{}, fmt.Errorf("signals: status of thread %q: %w", thread, err)

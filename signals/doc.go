@@ -285,7 +285,9 @@
 //
 // A thread that ran leaves, per key of the backend: its inbox while a
 // tenure holds it or signals wait in it (a tenure that ends with the inbox
-// drained deletes it, when the pubsub implements pubsub.DrainedDeleter, as
+// drained deletes it, when the pubsub implements pubsub.DrainedDeleter (the
+// runtime finds it, and pubsub.BacklogReader, also on a pubsub a wrapper
+// such as the otel module's wraps: pubsub.As looks through Unwrap), as
 // redisstreams does; when the tenure lost its lease or the deletion failed,
 // the runtime tries again, at once and then with a backoff from the recovery
 // interval up to a minute while the server does not answer, deleting the

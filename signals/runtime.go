@@ -60,7 +60,11 @@ var errRetry = errors.New("signals: wake notice not settled yet")
 // signals sent to a thread from any process reach that owner, and that queued
 // signals take over the thread without a gap. It is safe for concurrent use.
 type Runtime struct {
-	ps     pubsub.PubSub
+	ps pubsub.PubSub
+	// dd and br are ps's pubsub.DrainedDeleter and pubsub.BacklogReader,
+	// found on it or on what it wraps (pubsub.As); nil when it has none.
+	dd     pubsub.DrainedDeleter
+	br     pubsub.BacklogReader
 	lp     lease.Provider
 	leases bool // lp is a real provider
 	agent  Agent
@@ -164,6 +168,8 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		sessions: make(map[string]*session),
 		tidyKick: make(chan struct{}, 1), tidyDone: make(chan struct{}),
 	}
+	rt.dd, _ = pubsub.As[pubsub.DrainedDeleter](ps)
+	rt.br, _ = pubsub.As[pubsub.BacklogReader](ps)
 	if !ok {
 		if r, isR := ps.(CrossProcessReporter); !isR || r.CrossProcess() {
 			rt.log.Warn("signals: pubsub has no lease capability; falling back to lease.Noop: threads are not exclusive across processes",
@@ -751,7 +757,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		// for a recovery interval, so it must not keep a notice that
 		// would from doing so.)
 		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now()) {
-			return rt.followNotice(thread, id, received, ev.DeliveryAttempt <= 1)
+			return rt.followNotice(thread, id, received)
 		}
 		defer func() {
 			if rt.unwatchThread(thread) {
@@ -891,7 +897,7 @@ const tidyMaxWait = time.Minute
 // decided (deleted, or found in use: whoever uses it deletes it), when a
 // local tenure holds the thread again, or at Close (the last try).
 func (rt *Runtime) tidyLater(thread string) {
-	if _, ok := rt.ps.(pubsub.DrainedDeleter); !ok {
+	if rt.dd == nil {
 		return
 	}
 	rt.tidyMu.Lock()
@@ -962,7 +968,7 @@ func (rt *Runtime) tidyOne(thread string, now time.Time) {
 	if !local {
 		// Bounded by Close giving up too (hardCtx): Close waits for it.
 		ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
-		_, err := rt.ps.(pubsub.DrainedDeleter).DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+		_, err := rt.dd.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
 		cancel()
 		if err != nil {
 			rt.tidyMu.Lock()
@@ -993,7 +999,7 @@ func (rt *Runtime) tidyLast() {
 	if len(left) == 0 {
 		return
 	}
-	dd := rt.ps.(pubsub.DrainedDeleter)
+	dd := rt.dd
 	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 	defer cancel()
 	for _, th := range left {

@@ -320,7 +320,9 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
-		if released {
+		if released && subscribed {
+			// (Not after a failed inbox subscription: the next tenure
+			// would most likely fail the same way, at once, for good.)
 			rt.afterRelease(s.thread)
 		}
 	}()
@@ -530,8 +532,8 @@ func inboxAckDeadline(ttl time.Duration) time.Duration {
 // when the deletion failed (logged): the runtime tries again later
 // (tidyLater).
 func (s *session) dropDrainedInbox() bool {
-	dd, ok := s.rt.ps.(pubsub.DrainedDeleter)
-	if !ok {
+	dd := s.rt.dd
+	if dd == nil {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)

@@ -31,7 +31,7 @@ func (f *failingDeleter) DeleteTopicIfDrained(context.Context, string, string) (
 // the now given to tidyDue.
 func TestTidyBacksOff(t *testing.T) {
 	fd := &failingDeleter{fails: 9}
-	rt := &Runtime{ps: fd, cfg: config{recovery: time.Second, ttl: time.Second},
+	rt := &Runtime{ps: fd, dd: fd, cfg: config{recovery: time.Second, ttl: time.Second},
 		hardCtx: context.Background(), closing: make(chan struct{}), tidyKick: make(chan struct{}, 1)}
 	rt.tidyLater("th")
 	now := time.Now()

@@ -3,8 +3,6 @@ package signals
 import (
 	"context"
 	"time"
-
-	"github.com/leasebus/leasebus/pubsub"
 )
 
 // threadWatch coordinates this process's handlers of one thread's wake
@@ -53,12 +51,25 @@ const watchSweepMin = 1024
 // watchThread makes the caller the watcher of thread and returns true, or
 // returns false when the caller must follow: another handler of this
 // process watches the thread, or (on a later delivery, retry set) a
-// watcher checked it less than half a recovery interval before now.
+// watcher checked it less than half a recovery interval before now. A
+// first delivery that follows an active watcher makes it owe a try of the
+// lease after now (settled by watchTrying or reported by unwatchThread):
+// if the signal was sent to a tenure that was ending, and that tenure
+// released before the notice was published, that try takes the thread; if
+// it released after, it finds the signal itself (Runtime.afterRelease).
 func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
 	rt.watchMu.Lock()
 	defer rt.watchMu.Unlock()
 	w := rt.watching[thread]
-	if w != nil && (w.active || retry && now.Sub(w.checked) < rt.cfg.recovery/2) {
+	if w != nil && w.active {
+		if !retry {
+			// Owed in the same step that makes the caller follow: the
+			// watcher cannot leave in between without paying it.
+			w.owed = true
+		}
+		return false
+	}
+	if w != nil && retry && now.Sub(w.checked) < rt.cfg.recovery/2 {
 		return false
 	}
 	if w == nil {
@@ -138,21 +149,9 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 // when the signal is known to be done, errRetry (a nack, back after the
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
-func (rt *Runtime) followNotice(thread, id string, received time.Time, first bool) error {
+func (rt *Runtime) followNotice(thread, id string, received time.Time) error {
 	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
 		return nil
-	}
-	if first {
-		// The watcher tries the lease once more after this notice came
-		// (at the latest as it leaves): if the signal was sent to a tenure
-		// that was ending, and that tenure released the lease before the
-		// notice was published, that try takes the thread; if it released
-		// after, it finds the signal itself (Runtime.afterRelease).
-		rt.watchMu.Lock()
-		if w := rt.watching[thread]; w != nil && w.active {
-			w.owed = true
-		}
-		rt.watchMu.Unlock()
 	}
 	rt.mu.Lock()
 	s := rt.sessions[thread]
@@ -199,12 +198,12 @@ func (rt *Runtime) afterRelease(thread string) {
 	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 	defer cancel()
 	waiting := false
-	switch ps := rt.ps.(type) {
-	case pubsub.DrainedDeleter:
-		gone, err := ps.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+	switch {
+	case rt.dd != nil:
+		gone, err := rt.dd.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
 		waiting = err == nil && !gone
-	case pubsub.BacklogReader:
-		bl, err := ps.GroupBacklog(ctx, InboxTopic(thread), InboxGroup)
+	case rt.br != nil:
+		bl, err := rt.br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup)
 		waiting = err == nil && bl.Lag+bl.Pending > 0
 	}
 	if !waiting {

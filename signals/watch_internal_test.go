@@ -75,19 +75,19 @@ func TestWatchOwesFollowersATry(t *testing.T) {
 	if !watchOK(rt, "x", false, t0, 0) {
 		t.Fatal("not made watcher")
 	}
-	_ = rt.followNotice("x", "b", t0, false)
+	watchOK(rt, "x", true, t0, 0)
 	if rt.unwatchThread("x") {
 		t.Fatal("a redelivered follower left a try owed")
 	}
 	watchOK(rt, "x", false, t0, 0)
-	_ = rt.followNotice("x", "c", t0, true)
+	watchOK(rt, "x", false, t0, 0)
 	rt.watchTrying("x")
 	if rt.unwatchThread("x") {
 		t.Fatal("a try owed although the watcher tried after the follower came")
 	}
 	watchOK(rt, "x", false, t0, 0)
 	rt.watchTrying("x")
-	_ = rt.followNotice("x", "d", t0, true) // came during the try
+	watchOK(rt, "x", false, t0, 0) // came during the try
 	if !rt.unwatchThread("x") {
 		t.Fatal("no try owed to a follower that came after the watcher's latest try began")
 	}

@@ -91,9 +91,8 @@ func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
 	return true
 }
 
-// watchTrying records that the watcher of thread is about to try its lease
-// (or found a local tenure, which reads every signal of the thread): that
-// settles what followers that came so far were owed.
+// watchTrying records that the watcher of thread is about to try its lease:
+// that settles what followers that came so far were owed.
 func (rt *Runtime) watchTrying(thread string) {
 	rt.watchMu.Lock()
 	if w := rt.watching[thread]; w != nil && w.active {
@@ -188,25 +187,30 @@ func (rt *Runtime) settleOwed(ctx context.Context, thread string) {
 // after the release is taken by the try its notice's handler makes after
 // it came (the watcher's, for a follower). Together, that runs a signal
 // sent to an ending tenure without waiting for a recovery interval, however
-// long the release took (TestFollowerNearWatchEnd). It costs one script
-// per released tenure (delete_drained.lua on redisstreams, which also
-// deletes the inbox when nothing came).
+// long the release took (TestFollowerReleaseAfterWatchLeft). It costs one
+// script per released tenure (delete_drained.lua on redisstreams, which
+// also deletes the inbox when nothing came), and a backlog read when the
+// inbox was not deleted (so that an inbox kept for another reason, such as
+// another consumer group on it, does not restart tenures for nothing).
 func (rt *Runtime) afterRelease(thread string) {
 	if rt.closingNow() {
 		return // Close hands the notices back; the next owner reads the inbox
 	}
 	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 	defer cancel()
-	waiting := false
-	switch {
-	case rt.dd != nil:
+	if rt.dd != nil {
 		gone, err := rt.dd.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
-		waiting = err == nil && !gone
-	case rt.br != nil:
-		bl, err := rt.br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup)
-		waiting = err == nil && bl.Lag+bl.Pending > 0
+		if err != nil || gone {
+			return
+		}
+		// Not deleted: something waits, or the inbox is kept for another
+		// reason (another group on it, say), which the backlog tells.
 	}
-	if !waiting {
+	if rt.br == nil {
+		if rt.dd == nil {
+			return
+		}
+	} else if bl, err := rt.br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup); err != nil || bl.Lag+bl.Pending == 0 {
 		return
 	}
 	if s, _, _, err := rt.wake(ctx, thread, true); err == nil && s != nil {

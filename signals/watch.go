@@ -210,7 +210,11 @@ func (rt *Runtime) afterRelease(thread string) {
 		if rt.dd == nil {
 			return
 		}
-	} else if bl, err := rt.br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup); err != nil || bl.Lag+bl.Pending == 0 {
+	} else if bl, err := rt.br.GroupBacklog(ctx, InboxTopic(thread), InboxGroup); err != nil || bl.Lag <= 0 && bl.Pending <= 0 {
+		// (A Lag of -1, "cannot tell", with nothing pending counts as
+		// nothing waiting: starting a tenure on every such answer would
+		// never end on an idle thread. Such a signal's notice takes the
+		// thread within a recovery interval.)
 		return
 	}
 	if s, _, _, err := rt.wake(ctx, thread, true); err == nil && s != nil {

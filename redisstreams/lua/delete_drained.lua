@@ -4,10 +4,11 @@
 -- ARGV[1]  the one consumer group allowed on it
 --
 -- Deletes KEYS[1] (its entries and groups) and returns 1 when ARGV[1] is its
--- only group and that group was given every entry (its last delivered id is
--- the stream's last generated id) and acked them all (nothing pending), or
--- when the stream has no entry and no group; returns 1 also when there is no
--- stream. Otherwise it changes nothing and returns 0.
+-- only group and that group was given every entry (no entry is left after
+-- its last delivered id: the last generated id may be above it when the
+-- newest entries were deleted with XDEL) and acked them all (nothing
+-- pending), or when the stream has no entry and no group; returns 1 also
+-- when there is no stream. Otherwise it changes nothing and returns 0.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 1
 end
@@ -24,9 +25,12 @@ if #groups == 0 then
     return 0
   end
 else
-  local last = field(redis.call('XINFO', 'STREAM', KEYS[1]), 'last-generated-id')
   for _, g in ipairs(groups) do
-    if field(g, 'name') ~= ARGV[1] or field(g, 'pending') ~= 0 or field(g, 'last-delivered-id') ~= last then
+    if field(g, 'name') ~= ARGV[1] or field(g, 'pending') ~= 0 then
+      return 0
+    end
+    local after = redis.call('XRANGE', KEYS[1], '(' .. field(g, 'last-delivered-id'), '+', 'COUNT', 1)
+    if #after ~= 0 then
       return 0
     end
   end

@@ -23,7 +23,10 @@ const lagScanLimit = 10_000
 // from XINFO STREAM and XINFO GROUPS in one pipeline: Pending is the group's
 // pending count, Lag the server's lag of the group (when the server cannot
 // tell, the entries after the group's last delivered id, counted with
-// XRANGE up to 10,000; beyond that Lag is -1), and LastPublished the time in
+// XRANGE up to 10,000; beyond that Lag is -1; and 0 when the server's lag
+// is above zero but no entry is left after the last delivered id, as after
+// XDEL or XTRIM of what the group had not read: one more XRANGE then), and
+// LastPublished the time in
 // the stream's last generated id (the server's clock). A topic without a
 // stream has a zero Backlog; a group not created yet lags by the whole
 // stream. Errors: pubsub.ErrInvalid for an empty topic or group,
@@ -59,6 +62,18 @@ func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub
 			continue
 		}
 		bl.Pending, bl.Lag = g.Pending, g.Lag
+		if bl.Lag > 0 {
+			// The server's figure (entries added - entries read) stays
+			// above zero after the entries the group had not read were
+			// deleted (XDEL, XTRIM): check that one is left.
+			left, err := b.client.XRangeN(ctx, key, "("+g.LastDeliveredID, "+", 1).Result()
+			if err != nil && err != redis.Nil {
+				return pubsub.Backlog{}, fmt.Errorf("redisstreams: xrange %q: %w", key, err)
+			}
+			if len(left) == 0 {
+				bl.Lag = 0
+			}
+		}
 		if bl.Lag < 0 {
 			bl.Lag, err = b.countAfter(ctx, key, g.LastDeliveredID)
 			if err != nil {

@@ -547,6 +547,15 @@ func (s *session) dropDrainedInbox() bool {
 		s.rt.log.Warn("signals: deleting a drained inbox failed; trying again later", "thread", s.thread, "err", err)
 		return false
 	}
+	if !gone && s.rt.br != nil {
+		// Kept for another reason (another group on it, entries of it
+		// deleted by hand): drained all the same when the inbox group has
+		// nothing left, which settles stale notices after this tenure
+		// rather than after ten (settledByTenures).
+		if bl, err := s.rt.br.GroupBacklog(ctx, InboxTopic(s.thread), InboxGroup); err == nil && bl.Lag == 0 && bl.Pending == 0 {
+			gone = true
+		}
+	}
 	s.mu.Lock()
 	s.drained = gone
 	s.mu.Unlock()

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasebus/leasebus/inmem"
+	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -145,6 +148,24 @@ func TestAfterReleaseDropMarksFootprint(t *testing.T) {
 // 3s, on f80ca3d too; found by review 13 of 2026-11-23). The script now
 // asks whether any entry is left after the last delivered id.
 func TestDeletedQueuedTailIdleNoTenures(t *testing.T) {
+	idleAfterQueueEdit(t, "dq", false, func(ctx context.Context, cl *redis.Client, key string) {
+		msgs, err := cl.XRange(ctx, key, "-", "+").Result()
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("inbox: %v, %v", msgs, err)
+		}
+		if err := cl.XDel(ctx, key, msgs[1].ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// idleAfterQueueEdit runs s1 on thread while s2 waits behind it, lets edit
+// change the inbox (key) by hand, then lets s1 end and requires that the
+// idle thread start at most one tenure in the 3s after a second of idling.
+// With keep, another consumer group on the inbox keeps it from being
+// deleted.
+func idleAfterQueueEdit(t *testing.T, thread string, keep bool, edit func(ctx context.Context, cl *redis.Client, key string)) {
+	t.Helper()
 	srv, cl := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "ar"})
@@ -165,30 +186,35 @@ func TestDeletedQueuedTailIdleNoTenures(t *testing.T) {
 		}
 	}
 	rt := newRuntime(t, b, agent, signals.WithObserver(c.observe))
-	const th = "dq"
-	key := "ar:{" + signals.InboxTopic(th) + "}"
-	if _, err := rt.Send(ctx, th, sig("s1")); err != nil {
+	key := "ar:{" + signals.InboxTopic(thread) + "}"
+	if keep {
+		other, err := b.Subscribe(ctx, signals.InboxTopic(thread), func(context.Context, pubsub.Event) error { return nil },
+			pubsub.Group("some-tool"), pubsub.StartFrom(pubsub.Earliest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Unsubscribe(ctx)
+	}
+	if _, err := rt.Send(ctx, thread, sig("s1")); err != nil {
 		t.Fatal(err)
 	}
 	for c.ran.Load() < 1 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, err := rt.Send(ctx, th, sig("s2")); err != nil {
+	if _, err := rt.Send(ctx, thread, sig("s2")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := cl.XRange(ctx, key, "-", "+").Result()
-	if err != nil || len(msgs) != 2 {
-		t.Fatalf("inbox: %v, %v", msgs, err)
-	}
-	if err := cl.XDel(ctx, key, msgs[1].ID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	edit(ctx, cl, key)
 	close(gate)
 	time.Sleep(time.Second)
-	before := c.get(th)
+	before := c.get(thread)
 	time.Sleep(3 * time.Second)
-	n := c.get(th) - before
-	t.Logf("tenures of idle thread in 3s: %d (total %d)", n, c.get(th))
+	n := c.get(thread) - before
+	if bl, err := b.GroupBacklog(ctx, signals.InboxTopic(thread), signals.InboxGroup); err == nil {
+		l, _ := cl.XLen(ctx, key).Result()
+		t.Logf("backlog %+v, XLEN %d", bl, l)
+	}
+	t.Logf("tenures of idle thread in 3s: %d (total %d), ran %d", n, c.get(thread), c.ran.Load())
 	if n > 1 {
 		t.Errorf("idle thread started %d tenures in 3s with nothing to run", n)
 	}

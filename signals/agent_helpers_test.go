@@ -2,6 +2,9 @@ package signals_test
 
 import (
 	"context"
+	"sync"
+	"testing"
+	"time"
 
 	"github.com/leasebus/leasebus/signals"
 )
@@ -19,5 +22,58 @@ func eachSignal(ctx context.Context, run *signals.Run, take func(signals.Signal)
 			return nil
 		}
 		take(s)
+	}
+}
+
+// s1Rig is the agent of the watch tests: every signal it is given goes to
+// got, and the run given s1 waits in it until releaseS1.
+type s1Rig struct {
+	got  chan windowArrival
+	gate chan struct{}
+	once sync.Once
+}
+
+// newS1Rig returns an s1Rig whose s1 is released at the end of the test at
+// the latest.
+func newS1Rig(t *testing.T) *s1Rig {
+	r := &s1Rig{got: make(chan windowArrival, 16), gate: make(chan struct{})}
+	t.Cleanup(r.releaseS1)
+	return r
+}
+
+func (r *s1Rig) releaseS1() { r.once.Do(func() { close(r.gate) }) }
+
+// agent is the agent of the process named proc.
+func (r *s1Rig) agent(proc string) signals.Agent {
+	return func(ctx context.Context, run *signals.Run) error {
+		return eachSignal(ctx, run, func(s signals.Signal) {
+			r.got <- windowArrival{s.ID, proc, time.Now()}
+			if s.ID == "s1" {
+				select {
+				case <-r.gate:
+				case <-ctx.Done():
+				}
+			}
+		})
+	}
+}
+
+// await returns the arrival of id within bound, failing the test when it
+// does not come or, unless others is set, when another signal comes first.
+func (r *s1Rig) await(t *testing.T, id string, bound time.Duration, others bool) windowArrival {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		select {
+		case g := <-r.got:
+			if g.id == id {
+				return g
+			}
+			if !others {
+				t.Fatalf("agent was given %s (on %s) while waiting for %s", g.id, g.proc, id)
+			}
+		case <-timeout:
+			t.Fatalf("signal %s did not reach an agent within %v (recovery interval %v, lease TTL %v)", id, bound, windowRecovery, windowTTL)
+		}
 	}
 }

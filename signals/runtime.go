@@ -714,11 +714,11 @@ const (
 // noticeHold bounds how long a wake notice handler holds a notice it cannot
 // settle yet (its signal is not done) before it nacks it, to come back after
 // the recovery interval: a quarter of the TTL, at most 250ms on a notice's
-// first delivery (enough for a short run of the signal, or for an ending
-// tenure elsewhere to release, to settle it at once) and 20ms on later ones.
-// Handlers are a fixed number of slots (WithWorkConcurrency): because none
-// waits longer, notices of threads busy with long runs never keep a notice
-// of another thread (a dead owner's, say) from being handled.
+// first delivery (enough for a short run of the signal to settle it at
+// once) and 20ms on later ones. Handlers are a fixed number of slots
+// (WithWorkConcurrency): because none waits longer, and only one per thread
+// waits at all (watch.go), notices of threads busy with long runs never
+// keep a notice of another thread (a dead owner's, say) from being handled.
 func noticeHold(cfg config, attempt int) time.Duration {
 	if attempt > 1 {
 		return min(cfg.ttl/4, noticeHoldRetry)

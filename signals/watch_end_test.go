@@ -2,7 +2,6 @@ package signals_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,59 +60,18 @@ func testFollowerNearCap(t *testing.T, sendAt, gateHold time.Duration) {
 	bb.Client().AddHook(polls)
 
 	gate := newWindowGate(thread)
-	gate1 := make(chan struct{})
-	var gate1Once sync.Once
-	openGate1 := func() { gate1Once.Do(func() { close(gate1) }) }
-	t.Cleanup(openGate1)
-	got := make(chan windowArrival, 16)
-	agent := func(proc string) signals.Agent {
-		return func(ctx context.Context, run *signals.Run) error {
-			take := func(s signals.Signal) {
-				got <- windowArrival{s.ID, proc, time.Now()}
-				if s.ID == "s1" {
-					select {
-					case <-gate1:
-					case <-ctx.Done():
-					}
-				}
-			}
-			for _, s := range run.Signals {
-				take(s)
-			}
-			for {
-				s, ok := run.Next(ctx)
-				if !ok {
-					return nil
-				}
-				take(s)
-			}
-		}
-	}
-	wait := func(id string, bound time.Duration) windowArrival {
-		t.Helper()
-		timeout := time.After(bound)
-		for {
-			select {
-			case g := <-got:
-				if g.id == id {
-					return g
-				}
-			case <-timeout:
-				t.Fatalf("signal %s did not reach an agent within %v (recovery interval %v, lease TTL %v)", id, bound, windowRecovery, windowTTL)
-			}
-		}
-	}
+	rig := newS1Rig(t)
 	opts := []signals.Option{signals.WithLeaseTTL(windowTTL), signals.WithRecoveryInterval(windowRecovery),
 		signals.WithLinger(20 * time.Millisecond)}
-	a := newRuntime(t, noWorkGroup{ba}, agent("A"), append(opts, signals.WithProcessID("A"),
+	a := newRuntime(t, noWorkGroup{ba}, rig.agent("A"), append(opts, signals.WithProcessID("A"),
 		signals.WithHooks(signals.Hooks{LingerEnd: gate.hook}))...)
-	b := newRuntime(t, bb, agent("B"), append(opts, signals.WithProcessID("B"))...)
+	b := newRuntime(t, bb, rig.agent("B"), append(opts, signals.WithProcessID("B"))...)
 	t.Cleanup(gate.open)
 
 	if acc, err := a.Send(t.Context(), thread, sig("s1")); err != nil || acc.Action != signals.Woke {
 		t.Fatalf("send s1: %+v, %v; want Woke", acc, err)
 	}
-	wait("s1", windowBound)
+	rig.await(t, "s1", windowBound, true)
 	time.Sleep(400 * time.Millisecond) // B's handler of s1's (Woke) notice is gone
 	t0 := time.Now()
 	send := func(id string) {
@@ -127,15 +85,16 @@ func testFollowerNearCap(t *testing.T, sendAt, gateHold time.Duration) {
 	time.Sleep(time.Until(t0.Add(300 * time.Millisecond)))
 	send("s2c") // follower: watch until t0+500ms (the cap)
 	time.Sleep(time.Until(t0.Add(min(sendAt-60*time.Millisecond, 420*time.Millisecond))))
-	openGate1()
-	wait("s2c", windowBound)
+	rig.releaseS1()
+	rig.await(t, "s2c", windowBound, true)
 	select {
 	case <-gate.entered:
 	case <-time.After(windowBound):
 		t.Fatal("A's tenure did not reach its linger end")
 	}
 	if d := time.Since(t0); d > sendAt {
-		t.Skipf("A's tenure reached its linger end %v after s2 (too late for this timing)", d)
+		// A loaded machine: s3 goes at once, still to the ending tenure.
+		t.Logf("A's tenure reached its linger end %v after s2, later than planned (%v)", d, sendAt)
 	}
 	time.Sleep(time.Until(t0.Add(sendAt)))
 	start := time.Now()
@@ -152,6 +111,6 @@ func testFollowerNearCap(t *testing.T, sendAt, gateHold time.Duration) {
 		polls.mu.Unlock()
 		t.Logf("B's commands on the lease key, after s2: %v", ts)
 	}()
-	g := wait("s3", 3*time.Second)
+	g := rig.await(t, "s3", 3*time.Second, true)
 	t.Logf("s3 reached %s's agent %v after its Send", g.proc, g.at.Sub(start).Round(time.Millisecond))
 }

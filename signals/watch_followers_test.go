@@ -102,51 +102,18 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 	bb.Client().AddHook(reads)
 
 	gate := newWindowGate(thread)
-	gate1 := make(chan struct{})
-	var gate1Once sync.Once
-	openGate1 := func() { gate1Once.Do(func() { close(gate1) }) }
-	t.Cleanup(openGate1)
-	got := make(chan windowArrival, 16)
-	agent := func(proc string) signals.Agent {
-		return func(ctx context.Context, run *signals.Run) error {
-			take := func(s signals.Signal) {
-				got <- windowArrival{s.ID, proc, time.Now()}
-				if s.ID == "s1" {
-					select {
-					case <-gate1:
-					case <-ctx.Done():
-					}
-				}
-			}
-			return eachSignal(ctx, run, take)
-		}
-	}
-	wait := func(id string, bound time.Duration) windowArrival {
-		t.Helper()
-		timeout := time.After(bound)
-		for {
-			select {
-			case g := <-got:
-				if g.id == id {
-					return g
-				}
-				t.Fatalf("agent was given %s (on %s) while waiting for %s", g.id, g.proc, id)
-			case <-timeout:
-				t.Fatalf("signal %s did not reach an agent within %v (recovery interval %v, lease TTL %v)", id, bound, windowRecovery, windowTTL)
-			}
-		}
-	}
+	rig := newS1Rig(t)
 	opts := []signals.Option{signals.WithLeaseTTL(windowTTL), signals.WithRecoveryInterval(windowRecovery),
 		signals.WithLinger(20 * time.Millisecond)}
-	a := newRuntime(t, noWorkGroup{ba}, agent("A"), append(opts, signals.WithProcessID("A"),
+	a := newRuntime(t, noWorkGroup{ba}, rig.agent("A"), append(opts, signals.WithProcessID("A"),
 		signals.WithHooks(signals.Hooks{LingerEnd: gate.hook}))...)
-	b := newRuntime(t, bb, agent("B"), append(opts, signals.WithProcessID("B"))...)
+	b := newRuntime(t, bb, rig.agent("B"), append(opts, signals.WithProcessID("B"))...)
 	t.Cleanup(gate.open)
 
 	if acc, err := a.Send(t.Context(), thread, sig("s1")); err != nil || acc.Action != signals.Woke {
 		t.Fatalf("send s1: %+v, %v; want Woke", acc, err)
 	}
-	wait("s1", windowBound)
+	rig.await(t, "s1", windowBound, false)
 	// B's handler of s1's notice (a Woke first delivery) holds it 250ms.
 	time.Sleep(400 * time.Millisecond)
 	t0 := time.Now()
@@ -161,8 +128,8 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	openGate1()
-	wait("s2", windowBound)
+	rig.releaseS1()
+	rig.await(t, "s2", windowBound, false)
 	select {
 	case <-gate.entered:
 	case <-time.After(windowBound):
@@ -177,7 +144,7 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 	t.Logf("s3 sent %v after s2 (watcher active since then)", start.Sub(t0).Round(time.Millisecond))
 	time.Sleep(5 * time.Millisecond)
 	gate.open()
-	g := wait("s3", windowBound)
+	g := rig.await(t, "s3", windowBound, false)
 	t.Logf("s3 reached %s's agent %v after its Send", g.proc, g.at.Sub(start).Round(time.Millisecond))
 }
 

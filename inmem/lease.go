@@ -206,21 +206,27 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 // fromOwner holds no live lease on key, and returns a *lease.RevokedError
 // when fromOwner's tenure was revoked. Errors as for AcquireLease.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
+	tok, err := b.TransferLeaseToken(ctx, key, fromOwner, toOwner, ttl)
+	return tok > 0, err
+}
+
+// TransferLeaseToken is TransferLease that also returns toOwner's fencing
+// token (0 when refused): lease.TokenTransferer.
+func (b *Backend) TransferLeaseToken(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (uint64, error) {
 	if err := b.leaseCall(ctx, lease.CheckTransfer(key, fromOwner, toOwner, ttl)); err != nil {
-		return false, err
+		return 0, err
 	}
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := b.clock.Now()
 	if err := t.revokedLocked(key, fromOwner); err != nil {
-		return false, err
+		return 0, err
 	}
 	if e, ok := t.getLocked(key, now); !ok || e.owner != fromOwner {
-		return false, nil
+		return 0, nil
 	}
-	t.newTenureLocked(key, toOwner, ttl, now)
-	return true, nil
+	return t.newTenureLocked(key, toOwner, ttl, now).token, nil
 }
 
 // InspectLease returns the live lease on key, or an Info with only Key set

@@ -723,9 +723,10 @@ func (h *Held) Release(ctx context.Context) error {
 
 // Transfer hands the lease to owner to with TransferLease (one atomic step,
 // never free in between, a new token and a full TTL) and returns a new Held
-// for to, kept by the same Keeper. Its token is read with one more
-// AcquireLease by to, which re-acquires the same tenure. On success this
-// Held ends with ErrTransferred.
+// for to, kept by the same Keeper. Its token is the one the transfer
+// reports on a provider that implements [TokenTransferer]; on another it is
+// read with one more AcquireLease by to, which re-acquires the same tenure.
+// On success this Held ends with ErrTransferred.
 //
 // It returns an error wrapping ErrNotHeld, and this Held ends, when the
 // transfer was refused because the lease was lost or revoked (then it also
@@ -751,7 +752,19 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	h.state = heldTransferring
 	k.mu.Unlock()
 
-	ok, err := k.p.TransferLease(ctx, h.key, h.owner, to, h.ttl)
+	// Before the call: the new tenure's TTL runs from some time after it.
+	sent := time.Now()
+	var (
+		tok uint64 // the new owner's token, when the provider tells it
+		ok  bool
+		err error
+	)
+	if tt, isTT := k.p.(TokenTransferer); isTT {
+		tok, err = tt.TransferLeaseToken(ctx, h.key, h.owner, to, h.ttl)
+		ok = tok > 0
+	} else {
+		ok, err = k.p.TransferLease(ctx, h.key, h.owner, to, h.ttl)
+	}
 	k.mu.Lock()
 	switch {
 	case errors.Is(err, ErrRevoked):
@@ -782,7 +795,10 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	k.endLocked(h, ErrTransferred, true)
 	k.mu.Unlock()
 
-	sent := time.Now()
+	if tok > 0 {
+		return k.start(ctx, h.key, to, tok, h.ttl, h.interval, sent)
+	}
+	sent = time.Now()
 	r, err := k.p.AcquireLease(ctx, h.key, to, h.ttl)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %q transferred to %s, but reading its token failed (it stays with %s until it expires): %w", h.key, to, to, err)

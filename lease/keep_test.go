@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -576,4 +577,71 @@ func TestKeepRenewsOneByOneBounded(t *testing.T) {
 			}
 		}
 	})
+}
+
+// acquireCounter is a Provider (only the methods of lease.Provider: it hides
+// the wrapped backend's optional capabilities) that counts AcquireLease calls.
+type acquireCounter struct {
+	lease.Provider
+	acquires atomic.Int64
+}
+
+func (c *acquireCounter) AcquireLease(ctx context.Context, key, owner string, ttl time.Duration) (lease.Result, error) {
+	c.acquires.Add(1)
+	return c.Provider.AcquireLease(ctx, key, owner, ttl)
+}
+
+// tokenCounter is acquireCounter with the backend's TransferLeaseToken.
+type tokenCounter struct {
+	*acquireCounter
+	lease.TokenTransferer
+}
+
+// TestKeepHeldTransferToken: on a provider that reports the new owner's
+// token with the transfer (lease.TokenTransferer), Held.Transfer makes no
+// AcquireLease to read it back; on one that does not, it makes one. Either
+// way the new Held has the token the lease has now.
+func TestKeepHeldTransferToken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*acquireCounter, *inmem.Backend) lease.Provider
+		want int64
+	}{
+		{"TokenTransferer", func(c *acquireCounter, b *inmem.Backend) lease.Provider { return tokenCounter{c, b} }, 0},
+		{"TransferLeaseOnly", func(c *acquireCounter, _ *inmem.Backend) lease.Provider { return c }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				b := bubbleBackend(t)
+				c := &acquireCounter{Provider: b}
+				p := tc.wrap(c, b)
+				if _, ok := p.(lease.TokenTransferer); ok != (tc.want == 0) {
+					t.Fatalf("%T implements TokenTransferer: %v", p, ok)
+				}
+				h, err := lease.Keep(ctx, p, "k", "a", ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := c.acquires.Load()
+				h2, err := h.Transfer(ctx, "b")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := c.acquires.Load() - before; n != tc.want {
+					t.Errorf("Transfer made %d AcquireLease calls, want %d", n, tc.want)
+				}
+				info, err := b.InspectLease(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Owner != "b" || h2.Token() != info.Token || h2.Token() <= h.Token() {
+					t.Fatalf("new Held %s token %d, lease %+v; want b with the lease's token, above %d", h2.Owner(), h2.Token(), info, h.Token())
+				}
+				if err := h2.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }

@@ -93,6 +93,19 @@ type Inspector interface {
 	ListLeases(ctx context.Context, prefix string) ([]Info, error)
 }
 
+// TokenTransferer is an optional capability of a Provider: a transfer that
+// also reports the fencing token it gave the new owner. [Held.Transfer]
+// uses it when the provider has it; otherwise it reads the token back with
+// an AcquireLease by the new owner, one more call per hand-off.
+type TokenTransferer interface {
+	// TransferLeaseToken is TransferLease that returns the new owner's
+	// fencing token: above 0 when the transfer happened (the token an
+	// AcquireLease by toOwner would report now), 0 with nil error when it
+	// was refused because fromOwner holds no live lease on key. Errors,
+	// and what a call run twice does, as for TransferLease.
+	TransferLeaseToken(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (uint64, error)
+}
+
 // Renewal is one request of a batch renewal.
 type Renewal struct {
 	Key   string

@@ -413,11 +413,19 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 // toOwner) returns an error wrapping lease.ErrInvalid; after Close,
 // lease.ErrClosed.
 func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error) {
+	tok, err := b.TransferLeaseToken(ctx, key, fromOwner, toOwner, ttl)
+	return tok > 0, err
+}
+
+// TransferLeaseToken is TransferLease that also returns toOwner's fencing
+// token (0 when refused): lease.TokenTransferer, so that lease.Held.Transfer
+// needs no second script to read it.
+func (b *Backend) TransferLeaseToken(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (uint64, error) {
 	if err := lease.CheckTransfer(key, fromOwner, toOwner, ttl); err != nil {
-		return false, err
+		return 0, err
 	}
 	if b.isClosed() {
-		return false, lease.ErrClosed
+		return 0, lease.ErrClosed
 	}
 	// The nonce tells a go-redis retry of this call (which ran: it reports
 	// the transfer done) from another call (refused): see transfer.lua.
@@ -432,16 +440,16 @@ func (b *Backend) TransferLease(ctx context.Context, key, fromOwner, toOwner str
 		reply, err = b.runLease(ctx, c).Result()
 	}
 	if err != nil {
-		return false, b.leaseErr("transfer", key, err)
+		return 0, b.leaseErr("transfer", key, err)
 	}
 	if reason, ok := revokedReply(reply); ok {
-		return false, &lease.RevokedError{Key: key, Owner: fromOwner, Reason: reason}
+		return 0, &lease.RevokedError{Key: key, Owner: fromOwner, Reason: reason}
 	}
 	tok, ok := reply.(int64)
-	if !ok {
-		return false, b.leaseErr("transfer", key, fmt.Errorf("unexpected reply %v", reply))
+	if !ok || tok < 0 {
+		return 0, b.leaseErr("transfer", key, fmt.Errorf("unexpected reply %v", reply))
 	}
-	return tok > 0, nil
+	return uint64(tok), nil
 }
 
 // leaseErr wraps a Redis error of a lease operation on key. A client closed

@@ -77,6 +77,7 @@ func Run(t *testing.T, c Config) {
 		{"ClosedReturnsErrClosed", testClosed},
 		{"Inspector", testInspector},
 		{"BatchRenewer", testBatchRenewer},
+		{"TokenTransferer", testTokenTransferer},
 		{"NeverReturningCallCannotKeepHeldAlive", testNeverReturningCall},
 		{"Revoker", testRevoker}, // revoke.go
 	} {
@@ -691,6 +692,38 @@ func testInspector(e *env) {
 		if slices.Contains(keys, k) {
 			e.t.Fatalf("ListLeases(\"\") lists %q, which has no live lease", k)
 		}
+	}
+}
+
+// testTokenTransferer: TransferLeaseToken reports the token the new owner
+// holds (as an AcquireLease by it reads it), above the old owner's; 0 and no
+// change when the old owner does not hold the lease.
+func testTokenTransferer(e *env) {
+	tt, ok := e.p.(lease.TokenTransferer)
+	if !ok {
+		e.t.Skipf("provider %T does not implement lease.TokenTransferer", e.p)
+	}
+	k := e.key("k")
+	ra := e.mustAcquire(k, "a", 2*e.ttl)
+	tok, err := tt.TransferLeaseToken(e.ctx, k, "a", "b", 2*e.ttl)
+	if err != nil {
+		e.t.Fatalf("TransferLeaseToken a→b: %v", err)
+	}
+	if tok <= ra.Token {
+		e.t.Fatalf("TransferLeaseToken a→b = %d, want a token above a's %d", tok, ra.Token)
+	}
+	if rb := e.mustAcquire(k, "b", 2*e.ttl); rb.Token != tok {
+		e.t.Fatalf("b's token read back = %d, TransferLeaseToken said %d", rb.Token, tok)
+	}
+	if tok2, err := tt.TransferLeaseToken(e.ctx, k, "a", "c", 2*e.ttl); err != nil || tok2 != 0 {
+		e.t.Fatalf("TransferLeaseToken by the old owner = %d, %v; want 0, nil", tok2, err)
+	}
+	e.wantOwner(k, "b")
+	if tok3, err := tt.TransferLeaseToken(e.ctx, e.key("free"), "a", "b", e.ttl); err != nil || tok3 != 0 {
+		e.t.Fatalf("TransferLeaseToken of a free key = %d, %v; want 0, nil", tok3, err)
+	}
+	if _, err := tt.TransferLeaseToken(e.ctx, k, "b", "", e.ttl); !errors.Is(err, lease.ErrInvalid) {
+		e.t.Fatalf("TransferLeaseToken to an empty owner: %v, want ErrInvalid", err)
 	}
 }
 

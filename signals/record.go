@@ -50,8 +50,15 @@ const (
 // idHash is the record's entry for a signal ID: SHA-256 truncated to 128
 // bits, in unpadded base64url.
 func idHash(id string) string {
+	var h [hashLen]byte
+	idHashTo(&h, id)
+	return string(h[:])
+}
+
+// idHashTo writes idHash(id) to h, without allocating.
+func idHashTo(h *[hashLen]byte, id string) {
 	sum := sha256.Sum256([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	base64.RawURLEncoding.Encode(h[:], sum[:16])
 }
 
 // legacyIDHash is the entry of an r1 record: 48-bit FNV-1a in hex.
@@ -79,15 +86,30 @@ func recordEntries(rec string) []string {
 
 // recordHas reports whether rec holds id: its 128-bit entry or, for an entry
 // carried over from an r1 record, its 48-bit FNV entry.
+// It walks rec in place: a run checks it for every signal it is given.
 func recordHas(rec, id string) bool {
-	var h, legacy string
-	for _, e := range recordEntries(rec) {
+	var body string
+	switch {
+	case strings.HasPrefix(rec, recordPrefix):
+		body = rec[len(recordPrefix):]
+	case strings.HasPrefix(rec, recordPrefixV1):
+		body = rec[len(recordPrefixV1):]
+	}
+	var (
+		h      [hashLen]byte
+		hashed bool
+		legacy string
+	)
+	for body != "" {
+		e, rest, _ := strings.Cut(body, ",")
+		body = rest
 		switch len(e) {
 		case hashLen:
-			if h == "" {
-				h = idHash(id)
+			if !hashed {
+				idHashTo(&h, id)
+				hashed = true
 			}
-			if e == h {
+			if e == string(h[:]) {
 				return true
 			}
 		case legacyHashLen:

@@ -110,3 +110,36 @@ func TestDoneCacheBounded(t *testing.T) {
 		t.Fatal("adding a pair the cache holds evicted another")
 	}
 }
+
+// TestRecordHasMatchesEntries: recordHas, which walks the record in place,
+// answers as matching id's entries against recordEntries does, on records
+// of both formats with empty, odd-length and foreign entries, and does not
+// allocate (a run checks the record for every signal it is given).
+func TestRecordHasMatchesEntries(t *testing.T) {
+	ref := func(rec, id string) bool {
+		h, legacy := idHash(id), legacyIDHash(id)
+		for _, e := range recordEntries(rec) {
+			if len(e) == hashLen && e == h || len(e) == legacyHashLen && e == legacy {
+				return true
+			}
+		}
+		return false
+	}
+	ids := []string{"a", "b", "sig-1", "", "x,y", "ü"}
+	var recs []string
+	for _, prefix := range []string{recordPrefix, recordPrefixV1, "r9:", ""} {
+		recs = append(recs, prefix, prefix+",", prefix+idHash("a"), prefix+idHash("a")+",,"+legacyIDHash("b"),
+			prefix+"short,"+idHash("sig-1")+",", prefix+legacyIDHash("x,y")+","+idHash("ü"), prefix+idHash("")+"x")
+	}
+	for _, rec := range recs {
+		for _, id := range ids {
+			if got, want := recordHas(rec, id), ref(rec, id); got != want {
+				t.Errorf("recordHas(%q, %q) = %v, want %v", rec, id, got, want)
+			}
+		}
+	}
+	rec := recordAdd("", []string{"a", "b", "c"})
+	if n := testing.AllocsPerRun(100, func() { recordHas(rec, "d") }); n != 0 {
+		t.Errorf("recordHas allocates %v times per call", n)
+	}
+}

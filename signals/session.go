@@ -42,8 +42,14 @@ type session struct {
 	seenOrder []string
 	seenHead  int
 	waiters   map[string][]chan struct{}
-	record    string
-	ctl       runControl // control.go: cancel of the running run
+	// reading counts, per signal ID, the inbox deliveries of it that this
+	// tenure's handler holds (handle); kickedAt holds when kickFor last
+	// kicked for an ID not read yet. With seen, they tell kickFor that a
+	// kick is not needed.
+	reading  map[string]int
+	kickedAt map[string]time.Time
+	record   string
+	ctl      runControl // control.go: cancel of the running run
 
 	// inbox is the inbox subscription once Subscribe returned; kicked
 	// records a kick that came before, passed on as it is set.
@@ -71,6 +77,7 @@ func newSession(rt *Runtime, thread string) *session {
 		ready: make(chan struct{}), deliveries: make(chan delivery),
 		quit: make(chan struct{}), ended: make(chan struct{}),
 		seen: make(map[string]bool), waiters: make(map[string][]chan struct{}),
+		reading: make(map[string]int), kickedAt: make(map[string]time.Time),
 	}
 }
 
@@ -83,6 +90,16 @@ func (s *session) current() (runID, owner string) {
 // handle is the inbox handler: it hands the event to the session and returns
 // the session's verdict once the run that took it is finished with it.
 func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
+	s.mu.Lock()
+	s.reading[ev.ID]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.reading[ev.ID]--; s.reading[ev.ID] <= 0 {
+			delete(s.reading, ev.ID)
+		}
+		s.mu.Unlock()
+	}()
 	d := delivery{ev: ev, res: make(chan error, 1)}
 	select {
 	case s.deliveries <- d:
@@ -115,6 +132,53 @@ func (s *session) kick() {
 		k.Kick()
 	}
 }
+
+// kickFor kicks the tenure for signal id, which is in the inbox already
+// (the caller stored it, or saw the wake notice that is stored after it),
+// unless the tenure read id already (its handler holds a delivery of it, or
+// the tenure ran or skipped it) or kickFor kicked for id less than
+// kickCover ago. The owner hears of a signal up to three times (a local
+// Send, its fan-out watch of the wake notice, the notice's handler when it
+// lands here); only the first reads the inbox. A kick asks for a read of
+// everything stored before it (pubsub.Kicker), retried by the subscription
+// until it ran, so the later ones would read nothing. (A kick mark older
+// than kickCover no longer counts: a notice that comes back after a nack
+// kicks again. Another copy of the same ID left unread behind the first
+// is a duplicate, acked unrun by the next read or by the tenure that the
+// inbox's backlog starts after this one released, afterRelease.)
+func (s *session) kickFor(id string) {
+	now := time.Now()
+	s.mu.Lock()
+	skip := s.reading[id] > 0 || s.seen[id]
+	if t, ok := s.kickedAt[id]; ok && now.Sub(t) < kickCover {
+		skip = true
+	}
+	if !skip {
+		if len(s.kickedAt) >= kickedMax {
+			for k, t := range s.kickedAt {
+				if now.Sub(t) >= kickCover {
+					delete(s.kickedAt, k)
+				}
+			}
+			if len(s.kickedAt) >= kickedMax {
+				clear(s.kickedAt) // only costs reads that find nothing
+			}
+		}
+		s.kickedAt[id] = now
+	}
+	s.mu.Unlock()
+	if !skip {
+		s.kick()
+	}
+}
+
+const (
+	// kickCover is how long a kick for a signal stands for later news of
+	// it (kickFor).
+	kickCover = 250 * time.Millisecond
+	// kickedMax bounds a tenure's kick marks (kickFor).
+	kickedMax = 1024
+)
 
 type awaitResult int
 
@@ -178,6 +242,7 @@ func (s *session) markSeen(ids []string) {
 			close(ch)
 		}
 		delete(s.waiters, id)
+		delete(s.kickedAt, id)
 	}
 }
 

@@ -150,11 +150,8 @@
 // local cache). Its holder waits on the local tenure when this process holds
 // the thread, and goes on at once when that tenure ends; otherwise it tries
 // the lease at once: when it wins it starts a tenure (a recovery), and when
-// another process holds it, it checks the done record again after 20ms,
-// 40ms, 80ms and so on up to the recovery interval, and the lease again
-// only once the holder's lease could have run out (its time left, as that
-// try read it) or when it owes a try to the notices that followed it: a
-// holder that releases looks at the inbox itself (above). One handler
+// another process holds it, it checks the done record and the lease again
+// after 20ms, 40ms, 80ms and so on up to the recovery interval. One handler
 // per thread and process does that, the thread's watcher
 // (signals/watch.go); a notice of a thread another handler of this process
 // watches is acked at once when what this process knows (its tenures, its

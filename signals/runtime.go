@@ -406,13 +406,6 @@ func (rt *Runtime) closingNow() bool {
 // decides to end right after it was returned leaves the signal to the
 // signal's wake notice, whose handler acts the moment the tenure ended.)
 func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder string, err error) {
-	s, created, holder, _, err = rt.wakeHeld(ctx, thread, recovery)
-	return s, created, holder, err
-}
-
-// wakeHeld is wake that also returns, when another process holds the
-// thread, how long its lease has left (0 when unknown).
-func (rt *Runtime) wakeHeld(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder string, left time.Duration, err error) {
 	for {
 		rt.mu.Lock()
 		s = rt.sessions[thread]
@@ -423,25 +416,25 @@ func (rt *Runtime) wakeHeld(ctx context.Context, thread string, recovery bool) (
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
-			return nil, false, "", 0, ctx.Err()
+			return nil, false, "", ctx.Err()
 		}
 		if !s.acquired {
-			return nil, false, s.holder, 0, s.err
+			return nil, false, s.holder, s.err
 		}
 		select {
 		case <-s.quit:
 		default:
-			return s, false, "", 0, nil
+			return s, false, "", nil
 		}
 		select {
 		case <-s.ended:
 		case <-ctx.Done():
-			return nil, false, "", 0, ctx.Err()
+			return nil, false, "", ctx.Err()
 		}
 	}
 	if rt.closed {
 		rt.mu.Unlock()
-		return nil, false, "", 0, ErrClosed
+		return nil, false, "", ErrClosed
 	}
 	s = newSession(rt, thread)
 	rt.sessions[thread] = s
@@ -453,7 +446,7 @@ func (rt *Runtime) wakeHeld(ctx context.Context, thread string, recovery bool) (
 	if err != nil {
 		var he *lease.HeldError
 		if errors.As(err, &he) {
-			s.holder, left = he.Owner, he.TTL
+			s.holder = he.Owner
 		} else {
 			s.err = err
 		}
@@ -463,7 +456,7 @@ func (rt *Runtime) wakeHeld(ctx context.Context, thread string, recovery bool) (
 		close(s.ready)
 		close(s.ended)
 		rt.wg.Done()
-		return nil, false, s.holder, left, s.err
+		return nil, false, s.holder, s.err
 	}
 	s.held, s.runID, s.acquired = held, runID, true
 	if !recovery {
@@ -476,7 +469,7 @@ func (rt *Runtime) wakeHeld(ctx context.Context, thread string, recovery bool) (
 	}
 	rt.emit(Event{Kind: kind, Thread: thread, RunID: runID, Owner: owner, Token: held.Token()})
 	go s.loop()
-	return s, true, "", 0, nil
+	return s, true, "", nil
 }
 
 func (rt *Runtime) removeSession(s *session) {
@@ -506,8 +499,8 @@ func (rt *Runtime) isDone(ctx context.Context, thread, id string) (bool, error) 
 
 // noticePollFirst is the first wait of a wake notice handler that found the
 // thread held by another process; each later wait doubles, up to the
-// recovery interval (with the default 1s: about six checks of the done
-// record in the first second, then one per second). It only paces how soon a notice is acked
+// recovery interval (with the default 1s: about six checks in the first
+// second, then one per second). It only paces how soon a notice is acked
 // after its signal ran: a signal sent to a tenure that is ending does not
 // wait for it (afterRelease and the watcher's owed try, watch.go).
 const noticePollFirst = 20 * time.Millisecond
@@ -519,10 +512,8 @@ const noticePollFirst = 20 * time.Millisecond
 //
 // While this process holds the thread, it waits for the local tenure to run
 // the signal or end, and acts at once when it ended. While another process
-// holds it, it checks the done record again after noticePollFirst, backing
-// off to every recovery interval, and tries the lease again when the
-// holder's lease could have run out (its time left as the last try read it)
-// or when it owes a try to followers (watch.go). A holder that was
+// holds it, it checks the done record and the lease again after
+// noticePollFirst, backing off to every recovery interval. A holder that was
 // ending when the signal was sent (it had stopped reading its inbox and not
 // yet released) finds the signal itself once it released (afterRelease),
 // unless the notice came after the release: then the first attempt here
@@ -762,9 +753,6 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 	defer hold.Stop()
 	watching := false
 	tryAt := received // when to start trying the lease
-	// heldUntil: the latest try found another process holding the thread,
-	// with a lease that runs out at heldUntil at the earliest.
-	var heldUntil time.Time
 	if ev.Metadata[metaAction] == Woke.String() && ev.DeliveryAttempt <= 1 {
 		tryAt = received.Add(rt.cfg.recovery)
 	} else {
@@ -824,24 +812,17 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		if done || rt.settledByTenures(thread, received) {
 			return nil
 		}
-		if now := time.Now(); !now.Before(tryAt) && (!now.Before(heldUntil) || watching && rt.watchOwes(thread)) {
+		if !time.Now().Before(tryAt) {
 			if watching {
 				rt.watchTrying(thread)
 			}
-			var left time.Duration
-			s, _, _, left, err = rt.wakeHeld(ctx, thread, true)
+			s, _, _, err = rt.wake(ctx, thread, true)
 			if err != nil {
 				return err
 			}
 			if s != nil {
 				continue // a local tenure: wait for it
 			}
-			// Held elsewhere: the lease frees up only when it expires, or
-			// when its holder releases it, and then the holder looks at
-			// the inbox itself (afterRelease): no try until then, but
-			// those owed to followers (who may have come after such a
-			// release).
-			heldUntil = now.Add(left)
 		}
 		wait := time.NewTimer(min(poll.Next(), rt.cfg.recovery))
 		select {

@@ -147,6 +147,10 @@ func (s *session) kick() {
 // is a duplicate, acked unrun by the next read or by the tenure that the
 // inbox's backlog starts after this one released, afterRelease.)
 func (s *session) kickFor(id string) {
+	if id == "" {
+		s.kick() // nothing to tell it by
+		return
+	}
 	now := time.Now()
 	s.mu.Lock()
 	skip := s.reading[id] > 0 || s.seen[id]

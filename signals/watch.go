@@ -101,15 +101,6 @@ func (rt *Runtime) watchTrying(thread string) {
 	rt.watchMu.Unlock()
 }
 
-// watchOwes reports whether the watcher of thread owes its followers a try
-// of the lease (see watchThread).
-func (rt *Runtime) watchOwes(thread string) bool {
-	rt.watchMu.Lock()
-	defer rt.watchMu.Unlock()
-	w := rt.watching[thread]
-	return w != nil && w.active && w.owed
-}
-
 // unwatchThread ends the caller's watch of thread and reports whether it
 // still owes followers a try of the lease. The entry stays while its last
 // check is recent (see threadWatch).

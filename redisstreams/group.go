@@ -650,8 +650,8 @@ func (g *groupSub) Kick() {
 // readLoop reads new entries with XREADGROUP without BLOCK, on the
 // client's pool, while there are free tokens: once at the start, then again
 // and again while reads come back full (a ReadOnDemand subscription: full
-// and short of the stream's last entry, which an XREVRANGE in the same
-// pipeline reads right after), and otherwise when kicked. It never
+// and short of the stream's last entry, which read.lua returns with the
+// entries, read in the same step), and otherwise when kicked. It never
 // holds a connection between reads. A Kick that arrives before a read
 // starts is covered by that read (it sees every entry added before it); one
 // that arrives later makes another read.
@@ -703,7 +703,7 @@ func (g *groupSub) readLoop() {
 		case <-g.kick:
 		default:
 		}
-		var last, after *redis.XMessageSliceCmd
+		var last *redis.XMessageSliceCmd
 		// The commands are built on a pipeline that is never executed
 		// and sent by runReads, with other subscriptions' reads.
 		pipe := g.s.b.client.Pipeline()
@@ -718,25 +718,28 @@ func (g *groupSub) readLoop() {
 		// this consumer ran and the subscription has not ended, so a read
 		// the network delivers late runs nothing.
 		g.readSeq++
-		read := pipe.EvalSha(g.ctx, readScript.Hash(), []string{g.key, g.guard},
-			g.group, g.consumer, n, g.readSeq, readGuardTTL.Milliseconds())
+		args := []any{g.group, g.consumer, n, g.readSeq, readGuardTTL.Milliseconds()}
 		if g.cfg.ReadOnDemand {
-			// The stream's last entry, read right after: when the read
-			// returned it, nothing the kick covers is left unread, and
-			// no second read is needed to find that out.
-			after = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
+			// With the stream's last entry, read in the same step: when
+			// the read returned it, nothing the kick covers is left
+			// unread, and no second read is needed to find that out.
+			args = append(args, "tail")
 		}
+		read := pipe.EvalSha(g.ctx, readScript.Hash(), []string{g.key, g.guard}, args...)
 		var chk *redis.XPendingExtCmd
 		if g.suspect {
 			chk = g.checkLost(pipe) // after the read: see checkLost
 		}
-		var res []redis.XStream
+		var (
+			res  []redis.XStream
+			tail string // the stream's last entry as the read saw it ("tail")
+		)
 		err := g.s.runReads(g.ctx, pipe.Cmds())
 		sent := err == nil
 		if sent {
-			res, err = readReply(read)
+			res, tail, err = readReply(read, g.cfg.ReadOnDemand)
 		} else {
-			last, after = nil, nil // unanswered: never read them
+			last = nil // unanswered: never read it
 		}
 		now := time.Now()
 		switch {
@@ -802,7 +805,7 @@ func (g *groupSub) readLoop() {
 			g.putTokens(n - len(msgs))
 			more = true // read again (and check again) until a check is clean
 			if !g.suspect {
-				more = len(msgs) == n && !readToEnd(res, after)
+				more = len(msgs) == n && !readToEnd(res, tail)
 				if !more {
 					g.setBell(last, res)
 				}
@@ -811,7 +814,7 @@ func (g *groupSub) readLoop() {
 		}
 		got := g.queueRead(res, now)
 		g.putTokens(n - got)
-		more = got == n && !readToEnd(res, after)
+		more = got == n && !readToEnd(res, tail)
 		if !more {
 			g.setBell(last, res)
 		}
@@ -819,12 +822,32 @@ func (g *groupSub) readLoop() {
 }
 
 // readReply decodes what read.lua returned: XREADGROUP's reply as Lua
-// passes it on (arrays), or its error (redis.Nil when nothing was new).
-func readReply(cmd *redis.Cmd) ([]redis.XStream, error) {
+// passes it on (arrays), or its error (redis.Nil when nothing was new);
+// with tail (the read asked for "tail"), also the id of the stream's last
+// entry as the read saw it ("" when the stream was empty).
+func readReply(cmd *redis.Cmd, tail bool) ([]redis.XStream, string, error) {
 	v, err := cmd.Result()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	if !tail {
+		res, err := readStreams(v)
+		return res, "", err
+	}
+	pair, ok := v.([]any)
+	if !ok || len(pair) != 2 {
+		return nil, "", fmt.Errorf("redisstreams: unexpected read reply %v", v)
+	}
+	last, _ := pair[1].(string)
+	if pair[0] == nil || pair[0] == false { // nothing new (Lua's false, as RESP2 or RESP3 carries it)
+		return nil, last, redis.Nil
+	}
+	res, err := readStreams(pair[0])
+	return res, last, err
+}
+
+// readStreams decodes XREADGROUP's reply as Lua passes it on.
+func readStreams(v any) ([]redis.XStream, error) {
 	bad := func() ([]redis.XStream, error) {
 		return nil, fmt.Errorf("redisstreams: unexpected read reply %v", v)
 	}
@@ -869,19 +892,14 @@ func readReply(cmd *redis.Cmd) ([]redis.XStream, error) {
 	return res, nil
 }
 
-// readToEnd reports whether a read returned the stream's last entry as
-// after (an XREVRANGE sent right after the read, in the same pipeline)
-// found it; false when after is nil or failed.
-func readToEnd(res []redis.XStream, after *redis.XMessageSliceCmd) bool {
-	if after == nil {
-		return false
-	}
-	msgs, err := after.Result()
-	if err != nil || len(msgs) == 0 {
+// readToEnd reports whether a read returned the stream's last entry, tail
+// as the read saw it; false when tail is unknown ("").
+func readToEnd(res []redis.XStream, tail string) bool {
+	if tail == "" {
 		return false
 	}
 	for _, xs := range res {
-		if n := len(xs.Messages); n > 0 && compareStreamIDs(xs.Messages[n-1].ID, msgs[0].ID) >= 0 {
+		if n := len(xs.Messages); n > 0 && compareStreamIDs(xs.Messages[n-1].ID, tail) >= 0 {
 			return true
 		}
 	}

@@ -402,8 +402,8 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // subscriptions reading at once cost a few round trips. With
 // pubsub.ReadOnDemand it reads only at the start and when kicked
 // (pubsub.Kicker), without a bell, again while a read comes back full and
-// short of the stream's last entry (an XREVRANGE right after the
-// XREADGROUP, in the same pipeline, tells), and looks for stale entries of
+// short of the stream's last entry (which the read's script returns with
+// the entries, read in the same atomic step), and looks for stale entries of
 // other consumers only while it is being kicked. It
 // acks in batches and redelivers a nacked entry to itself after
 // pubsub.RedeliveryDelay (XCLAIM, which counts the attempt); the entry waits

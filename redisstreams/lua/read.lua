@@ -12,8 +12,13 @@
 -- ARGV[3]  count
 -- ARGV[4]  this read's sequence number, above every earlier read's
 -- ARGV[5]  the guard's lifetime in milliseconds
+-- ARGV[6]  optional: "tail" to return the stream's last entry id with the
+--          reply (a ReadOnDemand subscription: when the read returned that
+--          entry, nothing a Kick covered is left unread)
 --
--- Returns XREADGROUP's reply (nil when nothing is new) or its error (NOGROUP).
+-- Returns XREADGROUP's reply (nil when nothing is new) or its error (NOGROUP);
+-- with "tail", {reply, id of the stream's last entry (nil when empty)}, read
+-- in the same atomic step, or XREADGROUP's error.
 -- Reads nothing and returns an error when the guard is missing (NOGUARD: the
 -- subscription ended, or was idle longer than the guard's lifetime) or holds
 -- this or a later sequence number (STALEREAD). So a read the network delays
@@ -27,4 +32,9 @@ if tonumber(cur) >= tonumber(ARGV[4]) then
   return redis.error_reply('STALEREAD a later read of this consumer ran')
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
-return redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if ARGV[6] ~= 'tail' or (type(r) == 'table' and r.err) then
+  return r
+end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+return {r, last[1] and last[1][1] or false}

@@ -109,3 +109,234 @@ func TestFlushAfterPublishConcurrentWithDeleteTopic(t *testing.T) {
 		t.Fatalf("Flush = %v after %v with \"new\" handled = %v; want nil after it was handled", err, time.Since(start).Round(time.Millisecond), newDone.Load())
 	}
 }
+
+// sendGate holds, once armed, the first command matching its match func
+// before it is sent (with after set: once its reply came back), until
+// release is closed.
+type sendGate struct {
+	match   func(redis.Cmder) bool
+	after   bool
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newSendGate(match func(redis.Cmder) bool) *sendGate {
+	return &sendGate{match: match, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *sendGate) hold(cmds []redis.Cmder) {
+	if !h.armed.Load() {
+		return
+	}
+	for _, c := range cmds {
+		if h.match(c) {
+			first := false
+			h.once.Do(func() { first = true; close(h.held) })
+			if first {
+				<-h.release
+			}
+			return
+		}
+	}
+}
+
+func (h *sendGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sendGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.after {
+			err := next(ctx, cmd)
+			h.hold([]redis.Cmder{cmd})
+			return err
+		}
+		h.hold([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h *sendGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.after {
+			err := next(ctx, cmds)
+			h.hold(cmds)
+			return err
+		}
+		h.hold(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+// TestFlushAfterUnreadEventDeleted: an event this Backend published and
+// its fan-out subscription had not read yet when DeleteTopic took the
+// stream is gone: Flush does not wait for it. The deletion's script is held
+// until "mid" is published, and the reader's next XREAD until the deletion
+// ran, so "mid" goes with the stream unread. Before, Flush waited for "mid"
+// until its ctx ended (with context.Background, until the next publish on
+// the topic), 3 of 3 runs: DeleteTopic forgot only what was written before
+// it began, and the subscription's cursor never passed "mid". Now
+// delete_topic.lua returns the stream's last id, and the subscription counts
+// as caught up to it once its reader finished the reads it had started.
+func TestFlushAfterUnreadEventDeleted(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	delGate := newSendGate(func(c redis.Cmder) bool {
+		a := c.Args()
+		return strings.EqualFold(c.Name(), "evalsha") && len(a) > 4 && a[1] == deleteTopicScript.Hash() && a[4] == "1"
+	})
+	readGate := newSendGate(func(c redis.Cmder) bool { return strings.EqualFold(c.Name(), "xread") })
+	b.client.AddHook(delGate)
+	b.client.AddHook(readGate)
+	var mu sync.Mutex
+	var seen []string
+	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+		mu.Lock()
+		seen = append(seen, e.Type)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe(ctx)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The reader's XREAD in flight returns "pre"; the next one is held.
+	readGate.armed.Store(true)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "pre"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-readGate.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader's next XREAD not seen")
+	}
+	delGate.armed.Store(true)
+	delDone := make(chan error, 1)
+	go func() { delDone <- b.DeleteTopic(ctx, "t") }()
+	select {
+	case <-delGate.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeleteTopic's script not seen")
+	}
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
+		t.Fatal(err)
+	}
+	close(delGate.release) // the stream goes, "mid" unread
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	close(readGate.release)
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := b.Flush(fctx); err != nil {
+		t.Fatalf("Flush = %v after %v: it waited for an event deleted unread", err, time.Since(start).Round(time.Millisecond))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != "old" || seen[1] != "pre" {
+		t.Fatalf("handled %v, want [old pre] (\"mid\" was deleted unread)", seen)
+	}
+}
+
+// TestFlushWaitsForEventReadBeforeDelete: an event the reader's XREAD
+// returned before DeleteTopic took the stream, but that the reader had not
+// handed over yet, is still handled, and Flush waits for it: the deletion
+// makes the subscription caught up with what it deleted only once the
+// reader finished the reads it had started (fanSub.gone). The XREAD's reply
+// (with "mid") is held until after the deletion; "mid"'s handler takes
+// 300ms.
+func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	delGate := newSendGate(func(c redis.Cmder) bool {
+		a := c.Args()
+		return strings.EqualFold(c.Name(), "evalsha") && len(a) > 4 && a[1] == deleteTopicScript.Hash() && a[4] == "1"
+	})
+	readGate := newSendGate(func(c redis.Cmder) bool {
+		xs, ok := c.(*redis.XStreamSliceCmd)
+		if !ok || !strings.EqualFold(c.Name(), "xread") {
+			return false
+		}
+		for _, st := range xs.Val() {
+			for _, m := range st.Messages {
+				if m.Values[fieldType] == "mid" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	readGate.after = true
+	b.client.AddHook(delGate)
+	b.client.AddHook(readGate)
+	var midDone atomic.Bool
+	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+		if e.Type == "mid" {
+			time.Sleep(300 * time.Millisecond)
+			midDone.Store(true)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe(ctx)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readGate.armed.Store(true)
+	delGate.armed.Store(true)
+	delDone := make(chan error, 1)
+	go func() { delDone <- b.DeleteTopic(ctx, "t") }()
+	select {
+	case <-delGate.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeleteTopic's script not seen")
+	}
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-readGate.held: // the reader has "mid" in hand
+	case <-time.After(10 * time.Second):
+		t.Fatal("no XREAD returned \"mid\"")
+	}
+	close(delGate.release)
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		flushed <- b.Flush(fctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // Flush polls meanwhile
+	close(readGate.release)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if !midDone.Load() {
+		t.Fatal("Flush returned before \"mid\", read before the deletion, was handled")
+	}
+}

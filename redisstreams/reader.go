@@ -195,6 +195,9 @@ type fanReader struct {
 	mu      sync.Mutex
 	streams map[string]*fanStream
 	idle    chan struct{} // kicks passed on by the waker
+	// readSeq numbers the XREADs as they start; doneSeq is the last one
+	// over, its entries handed over (guarded by mu).
+	readSeq, doneSeq uint64
 
 	lastCheck time.Time
 }
@@ -226,9 +229,17 @@ type fanSub struct {
 	// entries up to it were handed over or are gone, so a Flush waiting for
 	// them is done.
 	floor string
-	full  atomic.Bool  // ch was full: the reader skips it until drained
-	busy  atomic.Int64 // entries handed over and not yet handled
-	ch    chan fanMsg
+	// gone (guarded by r.mu) is the last id of the stream as DeleteTopic of
+	// this Backend deleted it: entries up to it that this subscription had
+	// not read are gone, and a Flush waiting for them is done, once the
+	// reader has finished every read it started before (doneSeq reached
+	// goneAfter): such a read may still bring entries read before the
+	// deletion, to be handled first.
+	gone      string
+	goneAfter uint64
+	full      atomic.Bool  // ch was full: the reader skips it until drained
+	busy      atomic.Int64 // entries handed over and not yet handled
+	ch        chan fanMsg
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -387,8 +398,9 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	}
 	f.r.mu.Lock()
 	cursor, floor := f.cursor, f.floor
+	gone := f.gone != "" && compareStreamIDs(f.gone, id) >= 0 && f.r.doneSeq >= f.goneAfter
 	f.r.mu.Unlock()
-	reached := compareStreamIDs(cursor, id) >= 0 || (floor != "" && compareStreamIDs(floor, id) >= 0)
+	reached := compareStreamIDs(cursor, id) >= 0 || (floor != "" && compareStreamIDs(floor, id) >= 0) || gone
 	return reached && f.busy.Load() == 0, nil
 }
 
@@ -436,6 +448,10 @@ func (r *fanReader) loop() {
 			r.bl.disarm()
 			continue
 		}
+		r.mu.Lock()
+		r.readSeq++
+		seq := r.readSeq
+		r.mu.Unlock()
 		res, err := cmd.XRead(ctx, &redis.XReadArgs{
 			Streams: streams,
 			Count:   int64(r.s.b.opts.BatchSize),
@@ -446,16 +462,53 @@ func (r *fanReader) loop() {
 		case err == redis.Nil:
 			bo.Reset()
 		case err != nil:
+			r.readDone(seq)
 			r.fail(ctx, err, &bo)
 			continue
 		default:
 			bo.Reset()
 			r.dispatch(res)
 		}
+		r.readDone(seq)
 		if time.Since(r.lastCheck) >= r.s.b.opts.BlockTime {
 			r.checkStreams(ctx, cmd)
 		}
 	}
+}
+
+// deletedUpTo records that DeleteTopic of this Backend deleted the stream
+// key with last as its last entry id (fanSub.gone), and wakes the readers
+// of its fan-out subscriptions: a read blocked since before the deletion
+// returns, so the ones that had not read everything need not wait for it.
+func (s *streamBus) deletedUpTo(key, last string) {
+	s.mu.Lock()
+	var subs []*fanSub
+	for sub := range s.subs {
+		if f, ok := sub.(*fanSub); ok && f.key == key {
+			subs = append(subs, f)
+		}
+	}
+	s.mu.Unlock()
+	woke := map[*fanReader]bool{}
+	for _, f := range subs {
+		f.r.mu.Lock()
+		if f.gone == "" || compareStreamIDs(last, f.gone) > 0 {
+			f.gone, f.goneAfter = last, f.r.readSeq
+		}
+		f.r.mu.Unlock()
+		if !woke[f.r] {
+			woke[f.r] = true
+			f.r.bl.wake()
+		}
+	}
+}
+
+// readDone records that the read numbered seq is over, its entries handed
+// over (see fanSub.gone).
+func (r *fanReader) readDone(seq uint64) {
+	r.mu.Lock()
+	r.doneSeq = seq
+	r.mu.Unlock()
 }
 
 func (r *fanReader) fail(ctx context.Context, err error, bo *backoff.Backoff) {

@@ -111,7 +111,7 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		noRetry(ctx, pipe, key)
 		del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
 		_, _ = pipe.Exec(ctx)
-		wait, err := del.Int64()
+		wait, last, err := deleteTopicReply(del)
 		if isNoScript(err) {
 			if err := deleteTopicScript.Load(ctx, b.client).Err(); err != nil {
 				return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
@@ -123,6 +123,13 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 		}
 		if first == "1" && written != "" {
 			b.bus.forgetWrites(key, written) // gone: no Flush waits for them
+		}
+		if first == "1" && last != "" {
+			// Entries up to last are gone, read or not: a local fan-out
+			// subscription that had not read them is caught up with them
+			// once its reader finished the reads it had started (one of
+			// those may bring some, to be handled first).
+			b.bus.deletedUpTo(key, last)
 		}
 		if wait <= 0 {
 			return nil
@@ -141,6 +148,24 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 			return fmt.Errorf("redisstreams: delete topic %q: emptied, not yet deleted: %w", topic, err)
 		}
 	}
+}
+
+// deleteTopicReply reads delete_topic.lua's {wait, last} reply.
+func deleteTopicReply(cmd *redis.Cmd) (wait int64, last string, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, "", err
+	}
+	pair, ok := v.([]any)
+	if !ok || len(pair) != 2 {
+		return 0, "", fmt.Errorf("unexpected reply %v", v)
+	}
+	wait, ok = pair[0].(int64)
+	if !ok {
+		return 0, "", fmt.Errorf("unexpected reply %v", v)
+	}
+	last, _ = pair[1].(string)
+	return wait, last, nil
 }
 
 // deleteTopicMaxWait bounds how long DeleteTopic waits for the server's

@@ -16,8 +16,12 @@
 -- stream still empty and without groups (one that was published to or
 -- subscribed to meanwhile lives on). It returns 0 once nothing is left to
 -- do.
+--
+-- The reply is {wait, last}: wait as above, and last the id of the stream's
+-- last entry as the call found it ('' when there was no stream), so that
+-- the caller knows which entries the deletion took.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return {0, ''}
 end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last
@@ -31,12 +35,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[1] ~= '1' then
   if redis.call('XLEN', KEYS[1]) ~= 0 or #redis.call('XINFO', 'GROUPS', KEYS[1]) ~= 0 then
-    return 0
+    return {0, last or ''}
   end
 end
 if now > ms then
   redis.call('DEL', KEYS[1])
-  return 0
+  return {0, last or ''}
 end
 if ARGV[1] == '1' then
   local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
@@ -49,4 +53,4 @@ if ARGV[1] == '1' then
   end
   redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
 end
-return ms - now + 1
+return {ms - now + 1, last or ''}

@@ -447,10 +447,12 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // subscriptions: handled; group subscriptions: the group has delivered it
 // and, if to this Backend, it has been handled and its ack written), and
 // until every ack queued before the call is written to Redis. Deliveries to
-// other processes are not waited for, nor are events a deletion of the
-// topic's stream (DeleteTopic, StreamIdleTTL) took before a subscription
-// read them: they are gone. An event a subscription read before the
-// deletion is still handled, and waited for. It returns ctx.Err() when ctx
+// other processes are not waited for, nor are events this Backend's
+// DeleteTopic took before a subscription read them: they are gone. An event
+// a subscription read before the deletion is still handled, and waited for.
+// (After a deletion by another process, Flush still waits for this
+// Backend's events that went unread with the stream, until its ctx ends or
+// a later event on the topic is handled.) It returns ctx.Err() when ctx
 // ends first and pubsub.ErrClosed after Close.
 func (b *Backend) Flush(ctx context.Context) error {
 	if b.isClosed() {

@@ -98,7 +98,9 @@
 // watch of [WorkTopic] (every runtime sees every wake notice and kicks its
 // own tenure of the notice's thread: that is how a Forwarded signal reaches
 // the owner, one read later), and a notice handler that finds a local
-// tenure. The lease
+// tenure. Only the first of these reads: a kick for a signal the tenure
+// has read, or was kicked for less than 250ms ago, is skipped (one inbox
+// read per signal: TestInboxReadOncePerSignal). The lease
 // is fenced, so the tenure is the inbox's sole legitimate reader, which is
 // what ClaimPending asks of its caller. Each delivery starts a run, or is given
 // to the running run through [Run.Next]. An entry is acked only once the run
@@ -107,8 +109,9 @@
 // done record is written and again right before the ack; a run whose lease was
 // lost leaves its entries unacked for the next owner. When a run
 // ends the tenure waits the linger time for the next entry; if one comes, the
-// lease passes to a new run owner with TransferLease (lease.Held.Transfer), so
-// the key is never free; if none comes, it unsubscribes and releases.
+// lease passes to a new run owner with TransferLease (lease.Held.Transfer,
+// one script on a provider that reports the new token, lease.TokenTransferer),
+// so the key is never free; if none comes, it unsubscribes and releases.
 //
 // A tenure that decided to end (its linger time passed) reads no more
 // entries but holds the lease until its release returns: a Send landing in

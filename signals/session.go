@@ -77,7 +77,6 @@ func newSession(rt *Runtime, thread string) *session {
 		ready: make(chan struct{}), deliveries: make(chan delivery),
 		quit: make(chan struct{}), ended: make(chan struct{}),
 		seen: make(map[string]bool), waiters: make(map[string][]chan struct{}),
-		reading: make(map[string]int), kickedAt: make(map[string]time.Time),
 	}
 }
 
@@ -91,6 +90,9 @@ func (s *session) current() (runID, owner string) {
 // the session's verdict once the run that took it is finished with it.
 func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
 	s.mu.Lock()
+	if s.reading == nil {
+		s.reading = make(map[string]int)
+	}
 	s.reading[ev.ID]++
 	s.mu.Unlock()
 	defer func() {
@@ -167,6 +169,9 @@ func (s *session) kickFor(id string) {
 			if len(s.kickedAt) >= kickedMax {
 				clear(s.kickedAt) // only costs reads that find nothing
 			}
+		}
+		if s.kickedAt == nil {
+			s.kickedAt = make(map[string]time.Time)
 		}
 		s.kickedAt[id] = now
 	}

@@ -35,7 +35,8 @@
 //
 // Beyond the five methods: [HeldError] describes contention, [Keep] holds a
 // lease and renews it in the background (batching renewals when the provider
-// implements [BatchRenewer]), [Wait] blocks until a lease is acquired, the
+// implements [BatchRenewer], and handing it over in one call when it
+// implements [TokenTransferer]), [Wait] blocks until a lease is acquired, the
 // optional [Inspector] lists leases for operators, and the optional [Revoker]
 // takes a lease away from its holder ([ErrRevoked], [RevokedError]; a revoke
 // that is not forced never creates two holders) and reports whether a lease

@@ -97,6 +97,12 @@ type Inspector interface {
 // also reports the fencing token it gave the new owner. [Held.Transfer]
 // uses it when the provider has it; otherwise it reads the token back with
 // an AcquireLease by the new owner, one more call per hand-off.
+//
+// Keep uses it instead of TransferLease, found by a type assertion: a
+// wrapper that embeds a provider and overrides TransferLease (to refuse,
+// count or trace transfers) must override TransferLeaseToken the same way,
+// or hide it by not embedding the provider, else [Held.Transfer] goes
+// around the override. The same holds for [BatchRenewer] and RenewLease.
 type TokenTransferer interface {
 	// TransferLeaseToken is TransferLease that returns the new owner's
 	// fencing token: above 0 when the transfer happened (the token an

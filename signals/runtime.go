@@ -287,7 +287,9 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// the tenure may end for want of deliveries from then on.
 		defer s.sending.Add(-1)
 	}
-	notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+	// The notice's ID names this copy of the signal: the kicks of its
+	// news (this Send, the fan-out watch, the handler) are marked by it.
+	notice := pubsub.Event{ID: uuid.NewString(), Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
 	var acc Accepted
 	switch {
 	case errors.Is(werr, ErrClosed):
@@ -314,7 +316,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// only when the publish returned nil: then a kick for its
 		// notice, from the fan-out watch, may have covered it already.
 		if perr == nil {
-			s.kickFor(sig.ID)
+			s.kickFor(notice.ID)
 		} else {
 			s.kick()
 		}
@@ -594,7 +596,7 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
 	if s != nil {
-		s.kickFor(ev.Metadata[metaSignal])
+		s.kickFor(ev.ID)
 	}
 	return nil
 }
@@ -763,7 +765,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		// for a recovery interval, so it must not keep a notice that
 		// would from doing so.)
 		if !rt.watchThread(thread, ev.DeliveryAttempt > 1, time.Now()) {
-			return rt.followNotice(thread, id, received)
+			return rt.followNotice(thread, id, ev.ID, received)
 		}
 		defer func() {
 			if rt.unwatchThread(thread) {
@@ -794,7 +796,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		s := rt.sessions[thread]
 		rt.mu.Unlock()
 		if s != nil {
-			s.kickFor(id) // the notice may be the owner's only news of the signal
+			s.kickFor(ev.ID) // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
 				return nil

@@ -42,11 +42,8 @@ type session struct {
 	seenOrder []string
 	seenHead  int
 	waiters   map[string][]chan struct{}
-	// reading counts, per signal ID, the inbox deliveries of it that this
-	// tenure's handler holds (handle); kickedAt holds when kickFor last
-	// kicked for an ID not read yet. With seen, they tell kickFor that a
-	// kick is not needed.
-	reading  map[string]int
+	// kickedAt holds when kickFor last kicked for a copy of a signal (by
+	// its wake notice's ID).
 	kickedAt map[string]time.Time
 	record   string
 	ctl      runControl // control.go: cancel of the running run
@@ -89,19 +86,6 @@ func (s *session) current() (runID, owner string) {
 // handle is the inbox handler: it hands the event to the session and returns
 // the session's verdict once the run that took it is finished with it.
 func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
-	s.mu.Lock()
-	if s.reading == nil {
-		s.reading = make(map[string]int)
-	}
-	s.reading[ev.ID]++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.reading[ev.ID]--; s.reading[ev.ID] <= 0 {
-			delete(s.reading, ev.ID)
-		}
-		s.mu.Unlock()
-	}()
 	d := delivery{ev: ev, res: make(chan error, 1)}
 	select {
 	case s.deliveries <- d:
@@ -135,27 +119,28 @@ func (s *session) kick() {
 	}
 }
 
-// kickFor kicks the tenure for signal id, which is in the inbox already
-// (the caller stored it, or saw the wake notice that is stored after it),
-// unless the tenure read id already (its handler holds a delivery of it, or
-// the tenure ran or skipped it) or kickFor kicked for id less than
-// kickCover ago. The owner hears of a signal up to three times (a local
-// Send, its fan-out watch of the wake notice, the notice's handler when it
-// lands here); only the first reads the inbox. A kick asks for a read of
-// everything stored before it (pubsub.Kicker), retried by the subscription
-// until it ran, so the later ones would read nothing. (A kick mark older
-// than kickCover no longer counts: a notice that comes back after a nack
-// kicks again. Another copy of the same ID left unread behind the first
-// is a duplicate, acked unrun by the next read or by the tenure that the
-// inbox's backlog starts after this one released, afterRelease.)
-func (s *session) kickFor(id string) {
+// kickFor kicks the tenure for one copy of a signal, named by its wake
+// notice's ID (noticeID), which is in the inbox already (the caller stored
+// it, or saw the wake notice, stored after it), unless kickFor kicked for
+// that copy less than kickCover ago. The owner hears of a copy up to three
+// times (a local Send, its fan-out watch of the wake notice, the notice's
+// handler when it lands here); only the first reads the inbox. A kick asks
+// for a read of everything stored before it (pubsub.Kicker), retried by
+// the subscription until it ran, so the later ones would read nothing. A
+// kick mark older than kickCover no longer counts: a notice that comes back
+// after a nack kicks again. The marks are per copy, not per signal ID: a
+// Send retried with the same ID stores another copy, with a notice of its
+// own, and that copy is read (and acked unrun, a duplicate) like any other
+// (TestDuplicateSendReadByItsTenure).
+func (s *session) kickFor(noticeID string) {
+	id := noticeID
 	if id == "" {
 		s.kick() // nothing to tell it by
 		return
 	}
 	now := time.Now()
 	s.mu.Lock()
-	skip := s.reading[id] > 0 || s.seen[id]
+	skip := false
 	if t, ok := s.kickedAt[id]; ok && now.Sub(t) < kickCover {
 		skip = true
 	}
@@ -251,7 +236,6 @@ func (s *session) markSeen(ids []string) {
 			close(ch)
 		}
 		delete(s.waiters, id)
-		delete(s.kickedAt, id)
 	}
 }
 

@@ -148,7 +148,7 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 // when the signal is known to be done, errRetry (a nack, back after the
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
-func (rt *Runtime) followNotice(thread, id string, received time.Time) error {
+func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time) error {
 	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
 		return nil
 	}
@@ -156,7 +156,7 @@ func (rt *Runtime) followNotice(thread, id string, received time.Time) error {
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
 	if s != nil {
-		s.kickFor(id)
+		s.kickFor(noticeID)
 		if s.ranHereNow(id) {
 			return nil
 		}

@@ -30,7 +30,7 @@ func TestFollowerMeetsLeavingWatcher(t *testing.T) {
 	// The watcher leaves now, before followNotice ran: it owes nothing yet.
 	owedAtLeave := rt.unwatchThread("x")
 	// The follower goes on.
-	err := rt.followNotice("x", "s3", now)
+	err := rt.followNotice("x", "s3", "n", now)
 	if err == nil {
 		t.Fatal("follower acked")
 	}

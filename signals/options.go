@@ -20,9 +20,10 @@ const (
 	// a run ended before it releases the thread. A lingering tenure costs a
 	// lease renewal (batched) and a few goroutines, no connection, and a
 	// follow-up sent while it lingers is a Delivered or Forwarded send
-	// rather than a new tenure (about 3 Redis round trips per signal against
-	// about 8; BenchmarkSignalsThroughput: 1.5× the signals/s of 200ms, the
-	// default before the inbox was read on demand).
+	// rather than a new tenure (BenchmarkSignalsThroughput, 2026-11-23:
+	// 4,592-5,321 signals/s and 0.8 Redis round trips per signal, against
+	// 2,333-3,252 and 3.9-6.9 with 200ms, the default before the inbox was
+	// read on demand; BENCHMARKS.md, "Sixth pass").
 	DefaultLinger = 2 * time.Second
 	// DefaultNextWait is how long Run.Next waits for a follow-up that is not
 	// yet delivered before it reports none.

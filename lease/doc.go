@@ -45,8 +45,9 @@
 // # Fail-closed
 //
 // A [Held] (from [Keep]) has a loss deadline of its own: the start, on the
-// monotonic clock, of its last successful acquire or renew call, plus the
-// TTL, minus a margin of TTL/10 (with the default renew interval of TTL/3).
+// monotonic clock, of its last successful acquire, renew or transfer call
+// (the transfer that made it, on a [TokenTransferer]), plus the TTL, minus
+// a margin of TTL/10 (with the default renew interval of TTL/3).
 // From that instant its Err is non-nil, its Context is cancelled and Done
 // is closed — whatever its renew calls are doing, even if one never returns
 // (a black-holed network, a client that ignores ctx deadlines), and however

@@ -14,102 +14,6 @@ import (
 	"github.com/leasebus/leasebus/pubsub"
 )
 
-// deleteGate holds the reply of DeleteTopic's script (delete_topic.lua)
-// until release is closed: a reply slow to come back, or a DeleteTopic
-// goroutine descheduled right after it.
-type deleteGate struct {
-	armed   atomic.Bool
-	held    chan struct{}
-	release chan struct{}
-	once    sync.Once
-}
-
-func (h *deleteGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *deleteGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *deleteGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if !h.armed.Load() {
-			return err
-		}
-		for _, c := range cmds {
-			a := c.Args()
-			if strings.EqualFold(c.Name(), "evalsha") && len(a) > 1 && a[1] == deleteTopicScript.Hash() {
-				hold := false
-				h.once.Do(func() { hold = true; close(h.held) })
-				if hold {
-					<-h.release
-				}
-				break
-			}
-		}
-		return err
-	}
-}
-
-// TestFlushAfterPublishConcurrentWithDeleteTopic: one goroutine runs
-// DeleteTopic; another publishes "new" after the deletion ran on the server
-// (so "new" is kept: it was published after the deletion), then calls
-// Flush, which "waits until every event this Backend published before the
-// call has been handled by this Backend's subscriptions on its topic".
-// DeleteTopic's forgetWrites, run after its script's reply came back, drops
-// "new" as a Flush target, so Flush returns before "new" is handled. Found
-// by review 9 of 2026-11-22 (3 of 3 runs); now DeleteTopic forgets only what
-// was written before it began.
-func TestFlushAfterPublishConcurrentWithDeleteTopic(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
-	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	h := &deleteGate{held: make(chan struct{}), release: make(chan struct{})}
-	b.client.AddHook(h)
-	var newDone atomic.Bool
-	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
-		if e.Type == "new" {
-			time.Sleep(300 * time.Millisecond)
-			newDone.Store(true)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe(ctx)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond) // past the millisecond of "old": one script call
-	h.armed.Store(true)
-	delDone := make(chan error, 1)
-	go func() { delDone <- b.DeleteTopic(ctx, "t") }()
-	select {
-	case <-h.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("DeleteTopic's script not seen")
-	}
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "new"}); err != nil {
-		t.Fatal(err)
-	}
-	close(h.release)
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
-	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	start := time.Now()
-	err = b.Flush(fctx)
-	if err != nil || !newDone.Load() {
-		t.Fatalf("Flush = %v after %v with \"new\" handled = %v; want nil after it was handled", err, time.Since(start).Round(time.Millisecond), newDone.Load())
-	}
-}
-
 // sendGate holds, once armed, the first command matching its match func
 // before it is sent (with after set: once its reply came back), until
 // release is closed.
@@ -142,6 +46,27 @@ func (h *sendGate) hold(cmds []redis.Cmder) {
 	}
 }
 
+// waitHeld waits until the gate holds a command (10s at most).
+func (h *sendGate) waitHeld(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s not seen", what)
+	}
+}
+
+// deleteHeld arms gate (a deleteTopicCall gate), starts b.DeleteTopic of
+// "t" and returns once gate holds its script; the channel gets its result.
+func deleteHeld(t *testing.T, b *Backend, gate *sendGate) <-chan error {
+	t.Helper()
+	gate.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- b.DeleteTopic(context.Background(), "t") }()
+	gate.waitHeld(t, "DeleteTopic's script")
+	return done
+}
+
 func (h *sendGate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *sendGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -166,6 +91,84 @@ func (h *sendGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
+// deleteTopicCall returns a matcher of DeleteTopic's script calls (only
+// the first of a deletion, which empties the stream, when first is set).
+func deleteTopicCall(first bool) func(redis.Cmder) bool {
+	return func(c redis.Cmder) bool {
+		a := c.Args()
+		return strings.EqualFold(c.Name(), "evalsha") && len(a) > 4 && a[1] == deleteTopicScript.Hash() && (!first || a[4] == "1")
+	}
+}
+
+// flushRig starts a redis-server and a Backend on it (NewURL) with hooks
+// added, subscribes h (fan-out) to topic "t", publishes "old" and flushes:
+// the tests start from a stream the subscription has read to its end.
+func flushRig(t *testing.T, h pubsub.Handler, hooks ...redis.Hook) *Backend {
+	t.Helper()
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	for _, hk := range hooks {
+		b.client.AddHook(hk)
+	}
+	sub, err := b.Subscribe(ctx, "t", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestFlushAfterPublishConcurrentWithDeleteTopic: one goroutine runs
+// DeleteTopic; another publishes "new" after the deletion ran on the server
+// (so "new" is kept: it was published after the deletion), then calls
+// Flush, which "waits until every event this Backend published before the
+// call has been handled by this Backend's subscriptions on its topic".
+// DeleteTopic's forgetWrites, run after its script's reply came back, drops
+// "new" as a Flush target, so Flush returns before "new" is handled. Found
+// by review 9 of 2026-11-22 (3 of 3 runs); now DeleteTopic forgets only what
+// was written before it began.
+func TestFlushAfterPublishConcurrentWithDeleteTopic(t *testing.T) {
+	ctx := context.Background()
+	h := newSendGate(deleteTopicCall(false))
+	h.after = true // the script ran; its reply is slow to come back
+	var newDone atomic.Bool
+	b := flushRig(t, func(ctx context.Context, e pubsub.Event) error {
+		if e.Type == "new" {
+			time.Sleep(300 * time.Millisecond)
+			newDone.Store(true)
+		}
+		return nil
+	}, h)
+	time.Sleep(5 * time.Millisecond) // past the millisecond of "old": one script call
+	delDone := deleteHeld(t, b, h)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := b.Flush(fctx)
+	if err != nil || !newDone.Load() {
+		t.Fatalf("Flush = %v after %v with \"new\" handled = %v; want nil after it was handled", err, time.Since(start).Round(time.Millisecond), newDone.Load())
+	}
+}
+
 // TestFlushAfterUnreadEventDeleted: an event this Backend published and
 // its fan-out subscription had not read yet when DeleteTopic took the
 // stream is gone: Flush does not wait for it. The deletion's script is held
@@ -177,57 +180,24 @@ func (h *sendGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // delete_topic.lua returns the stream's last id, and the subscription counts
 // as caught up to it once its reader finished the reads it had started.
 func TestFlushAfterUnreadEventDeleted(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	delGate := newSendGate(func(c redis.Cmder) bool {
-		a := c.Args()
-		return strings.EqualFold(c.Name(), "evalsha") && len(a) > 4 && a[1] == deleteTopicScript.Hash() && a[4] == "1"
-	})
+	delGate := newSendGate(deleteTopicCall(true))
 	readGate := newSendGate(func(c redis.Cmder) bool { return strings.EqualFold(c.Name(), "xread") })
-	b.client.AddHook(delGate)
-	b.client.AddHook(readGate)
 	var mu sync.Mutex
 	var seen []string
-	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+	b := flushRig(t, func(ctx context.Context, e pubsub.Event) error {
 		mu.Lock()
 		seen = append(seen, e.Type)
 		mu.Unlock()
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe(ctx)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, delGate, readGate)
 	// The reader's XREAD in flight returns "pre"; the next one is held.
 	readGate.armed.Store(true)
 	if err := b.Publish(ctx, "t", pubsub.Event{Type: "pre"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-readGate.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reader's next XREAD not seen")
-	}
-	delGate.armed.Store(true)
-	delDone := make(chan error, 1)
-	go func() { delDone <- b.DeleteTopic(ctx, "t") }()
-	select {
-	case <-delGate.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("DeleteTopic's script not seen")
-	}
+	readGate.waitHeld(t, "the reader's next XREAD")
+	delDone := deleteHeld(t, b, delGate)
 	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,18 +227,8 @@ func TestFlushAfterUnreadEventDeleted(t *testing.T) {
 // (with "mid") is held until after the deletion; "mid"'s handler takes
 // 300ms.
 func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	delGate := newSendGate(func(c redis.Cmder) bool {
-		a := c.Args()
-		return strings.EqualFold(c.Name(), "evalsha") && len(a) > 4 && a[1] == deleteTopicScript.Hash() && a[4] == "1"
-	})
+	delGate := newSendGate(deleteTopicCall(true))
 	readGate := newSendGate(func(c redis.Cmder) bool {
 		xs, ok := c.(*redis.XStreamSliceCmd)
 		if !ok || !strings.EqualFold(c.Name(), "xread") {
@@ -284,43 +244,20 @@ func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
 		return false
 	})
 	readGate.after = true
-	b.client.AddHook(delGate)
-	b.client.AddHook(readGate)
 	var midDone atomic.Bool
-	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+	b := flushRig(t, func(ctx context.Context, e pubsub.Event) error {
 		if e.Type == "mid" {
 			time.Sleep(300 * time.Millisecond)
 			midDone.Store(true)
 		}
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe(ctx)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, delGate, readGate)
 	readGate.armed.Store(true)
-	delGate.armed.Store(true)
-	delDone := make(chan error, 1)
-	go func() { delDone <- b.DeleteTopic(ctx, "t") }()
-	select {
-	case <-delGate.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("DeleteTopic's script not seen")
-	}
+	delDone := deleteHeld(t, b, delGate)
 	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-readGate.held: // the reader has "mid" in hand
-	case <-time.After(10 * time.Second):
-		t.Fatal("no XREAD returned \"mid\"")
-	}
+	readGate.waitHeld(t, "an XREAD that returned \"mid\"") // the reader has it in hand
 	close(delGate.release)
 	if err := <-delDone; err != nil {
 		t.Fatal(err)

@@ -15,46 +15,40 @@ import (
 	"github.com/leasebus/leasebus/pubsub"
 )
 
-// cmdNames counts, by name, the commands a client sends (in pipelines too).
+// cmdNames counts, by name, the commands a client sends (in pipelines too;
+// read.lua's calls as "read.lua"), and the group reads that found nothing
+// ("empty read").
 type cmdNames struct {
+	redistest.RoundTrips
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (h *cmdNames) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *cmdNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.add(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *cmdNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func newCmdNames() *cmdNames {
+	h := &cmdNames{n: map[string]int{}}
+	h.Observe = func(_ context.Context, cmds []redis.Cmder, _ bool) {
 		for _, c := range cmds {
-			h.add(c)
+			name := strings.ToLower(c.Name())
+			if _, ok := groupReadOf(c); ok {
+				name = "read.lua"
+			}
+			h.add(name)
 		}
-		err := next(ctx, cmds)
+	}
+	h.Answered = func(_ context.Context, cmds []redis.Cmder, _ bool) {
 		for _, c := range cmds {
 			if _, ok := groupReadOf(c); !ok {
 				continue
 			}
-			if res, _, rerr := readReply(c.(*redis.Cmd), true); rerr == redis.Nil || rerr == nil && len(res) == 0 {
-				h.mu.Lock()
-				h.n["empty read"]++
-				h.mu.Unlock()
+			if res, _, err := readReply(c.(*redis.Cmd), true); err == redis.Nil || err == nil && len(res) == 0 {
+				h.add("empty read")
 			}
 		}
-		return err
 	}
+	return h
 }
 
-func (h *cmdNames) add(c redis.Cmder) {
-	name := strings.ToLower(c.Name())
-	if _, ok := groupReadOf(c); ok {
-		name = "read.lua"
-	}
+func (h *cmdNames) add(name string) {
 	h.mu.Lock()
 	h.n[name]++
 	h.mu.Unlock()
@@ -82,7 +76,7 @@ func TestOnDemandReadsToTail(t *testing.T) {
 			o.Protocol = proto
 			c := redis.NewClient(o)
 			t.Cleanup(func() { _ = c.Close() })
-			hook := &cmdNames{n: map[string]int{}}
+			hook := newCmdNames()
 			c.AddHook(hook)
 			// Reads of at most 4 entries: a kick of 24 reads 6 times,
 			// the last one returning the stream's last entry.

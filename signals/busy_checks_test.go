@@ -11,48 +11,47 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
-// keyHook counts the commands a client sends that name a key containing
-// one of its markers (inside pipelines too).
-type keyHook struct {
-	markers []string
-	n       atomic.Int64
+// cmdHook counts the commands a client sends (inside pipelines too) that
+// its match func reports true for.
+type cmdHook struct {
+	redistest.RoundTrips
+	n atomic.Int64
 }
 
-func (h *keyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *keyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *keyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func newCmdHook(match func(redis.Cmder) bool) *cmdHook {
+	h := &cmdHook{}
+	h.Observe = func(_ context.Context, cmds []redis.Cmder, _ bool) {
 		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *keyHook) count(cmd redis.Cmder) {
-	for _, a := range cmd.Args() {
-		s, ok := a.(string)
-		if !ok {
-			continue
-		}
-		for _, m := range h.markers {
-			if strings.Contains(s, m) {
+			if match(c) {
 				h.n.Add(1)
-				return
 			}
 		}
 	}
+	return h
+}
+
+// keyHook returns a cmdHook that counts the commands naming a key that
+// contains one of markers.
+func keyHook(markers ...string) *cmdHook {
+	return newCmdHook(func(cmd redis.Cmder) bool {
+		for _, a := range cmd.Args() {
+			s, ok := a.(string)
+			if !ok {
+				continue
+			}
+			for _, m := range markers {
+				if strings.Contains(s, m) {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
 
 // TestBusyThreadNoticesCheckedPerThread: while threads are busy in
@@ -94,36 +93,17 @@ func TestBusyThreadNoticesCheckedPerThread(t *testing.T) {
 		}
 		return eachSignal(ctx, run, take)
 	}
-	opts := func(id string) []signals.Option {
-		return []signals.Option{signals.WithProcessID(id), signals.WithLeaseTTL(4 * time.Second),
-			signals.WithRecoveryInterval(recovery), signals.WithLinger(50 * time.Millisecond)}
-	}
+	opts := []signals.Option{signals.WithLeaseTTL(4 * time.Second),
+		signals.WithRecoveryInterval(recovery), signals.WithLinger(50 * time.Millisecond)}
 	newRT := func(id string, hook redis.Hook) *signals.Runtime {
-		b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "busy"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hook != nil {
-			b.Client().AddHook(hook)
-		}
-		rt, err := signals.New(b, agent, opts(id)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := rt.Close(cctx); err != nil {
-				t.Errorf("runtime %s Close: %v", id, err)
-			}
-			b.Close()
-		})
+		rt, _ := urlRuntime(t, srv.URL(), "busy", id, agent, hook, opts...)
 		return rt
 	}
-	hook := &keyHook{}
+	var markers []string
 	for th := range threads {
-		hook.markers = append(hook.markers, fmt.Sprintf("signals.thread.busy%d", th), fmt.Sprintf("signals.done.busy%d", th))
+		markers = append(markers, fmt.Sprintf("signals.thread.busy%d", th), fmt.Sprintf("signals.done.busy%d", th))
 	}
+	hook := keyHook(markers...)
 	a := newRT("A", nil)
 	b := newRT("B", hook) // holds no thread: every check of its handlers names a busy thread's key
 	_ = b

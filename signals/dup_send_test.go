@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -48,30 +47,7 @@ func dupLeftUnread(t *testing.T, during bool) {
 		})
 	}
 	newRT := func(id string) (*signals.Runtime, func()) {
-		be, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "dw"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := signals.New(be, agent, signals.WithProcessID(id), signals.WithLinger(time.Minute),
-			signals.WithDedupeWindow(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		closed := false
-		stop := func() {
-			if closed {
-				return
-			}
-			closed = true
-			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := rt.Close(cctx); err != nil {
-				t.Errorf("Close %s: %v", id, err)
-			}
-			be.Close()
-		}
-		t.Cleanup(stop)
-		return rt, stop
+		return urlRuntime(t, srv.URL(), "dw", id, agent, nil, signals.WithLinger(time.Minute), signals.WithDedupeWindow(time.Second))
 	}
 	a, stopA := newRT("A")
 	if _, err := a.Send(ctx, "th", signals.Signal{ID: "x", Type: "msg"}); err != nil {
@@ -132,11 +108,7 @@ func TestDuplicateSendReadByItsTenure(t *testing.T) {
 		})
 	}
 	var tenures, recovered, skipped atomic.Int32
-	be, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "dt2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := signals.New(be, agent, signals.WithProcessID("A"), signals.WithLinger(300*time.Millisecond),
+	rt, _ := urlRuntime(t, srv.URL(), "dt2", "A", agent, nil, signals.WithLinger(300*time.Millisecond),
 		signals.WithObserver(func(e signals.Event) {
 			switch e.Kind {
 			case signals.TenureStarted:
@@ -147,15 +119,6 @@ func TestDuplicateSendReadByItsTenure(t *testing.T) {
 				skipped.Add(1)
 			}
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = rt.Close(cctx)
-		be.Close()
-	})
 	if _, err := rt.Send(ctx, "th", signals.Signal{ID: "x", Type: "msg"}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,50 +4,26 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
-// inboxReadHook counts the group reads of one thread's inbox (read.lua:
-// an EVALSHA whose second key is the inbox consumer's read guard) that a
-// client sends, inside pipelines too.
-type inboxReadHook struct {
-	marker string // the inbox topic, as it appears in the stream's key
-	n      atomic.Int64
-}
-
-func (h *inboxReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *inboxReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *inboxReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
+// inboxReads returns a cmdHook that counts the group reads of the inbox
+// whose stream key contains marker (read.lua: an EVALSHA whose second key
+// is the inbox consumer's read guard), inside pipelines too.
+func inboxReads(marker string) *cmdHook {
+	return newCmdHook(func(cmd redis.Cmder) bool {
+		a := cmd.Args()
+		if len(a) < 5 || fmt.Sprint(a[0]) != "evalsha" || fmt.Sprint(a[2]) != "2" {
+			return false
 		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *inboxReadHook) count(cmd redis.Cmder) {
-	a := cmd.Args()
-	if len(a) < 5 || fmt.Sprint(a[0]) != "evalsha" || fmt.Sprint(a[2]) != "2" {
-		return
-	}
-	if k, g := fmt.Sprint(a[3]), fmt.Sprint(a[4]); strings.Contains(k, h.marker) && strings.Contains(g, ":rguard:") {
-		h.n.Add(1)
-	}
+		k, g := fmt.Sprint(a[3]), fmt.Sprint(a[4])
+		return strings.Contains(k, marker) && strings.Contains(g, ":rguard:")
+	})
 }
 
 // TestInboxReadOncePerSignal: a signal sent to a thread whose tenure is
@@ -68,29 +44,10 @@ func TestInboxReadOncePerSignal(t *testing.T) {
 	agent := func(ctx context.Context, run *signals.Run) error {
 		return eachSignal(ctx, run, func(s signals.Signal) { ran <- s.ID })
 	}
-	hook := &inboxReadHook{marker: "signals.thread.rd1}"}
-	newRT := func(id string) *signals.Runtime {
-		b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rd"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Client().AddHook(hook)
-		// A long linger: the tenure stays live between the signals.
-		rt, err := signals.New(b, agent, signals.WithProcessID(id), signals.WithLinger(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := rt.Close(cctx); err != nil {
-				t.Errorf("runtime %s Close: %v", id, err)
-			}
-			b.Close()
-		})
-		return rt
-	}
-	a, b := newRT("A"), newRT("B")
+	hook := inboxReads("signals.thread.rd1}")
+	// A long linger: the tenure stays live between the signals.
+	a, _ := urlRuntime(t, srv.URL(), "rd", "A", agent, hook, signals.WithLinger(time.Minute))
+	b, _ := urlRuntime(t, srv.URL(), "rd", "B", agent, hook, signals.WithLinger(time.Minute))
 	await := func(id string) {
 		t.Helper()
 		select {

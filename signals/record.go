@@ -71,30 +71,30 @@ func legacyIDHash(id string) string {
 // recordEntries returns the entries of rec, oldest first (nil for a record
 // of an unknown format or an empty one).
 func recordEntries(rec string) []string {
-	var body string
-	switch {
-	case strings.HasPrefix(rec, recordPrefix):
-		body = rec[len(recordPrefix):]
-	case strings.HasPrefix(rec, recordPrefixV1):
-		body = rec[len(recordPrefixV1):]
-	}
+	body := recordBody(rec)
 	if body == "" {
 		return nil
 	}
 	return strings.Split(body, ",")
 }
 
+// recordBody returns rec's comma-separated entries without the format
+// prefix ("" for a record of an unknown format or an empty one).
+func recordBody(rec string) string {
+	switch {
+	case strings.HasPrefix(rec, recordPrefix):
+		return rec[len(recordPrefix):]
+	case strings.HasPrefix(rec, recordPrefixV1):
+		return rec[len(recordPrefixV1):]
+	}
+	return ""
+}
+
 // recordHas reports whether rec holds id: its 128-bit entry or, for an entry
 // carried over from an r1 record, its 48-bit FNV entry.
 // It walks rec in place: a run checks it for every signal it is given.
 func recordHas(rec, id string) bool {
-	var body string
-	switch {
-	case strings.HasPrefix(rec, recordPrefix):
-		body = rec[len(recordPrefix):]
-	case strings.HasPrefix(rec, recordPrefixV1):
-		body = rec[len(recordPrefixV1):]
-	}
+	body := recordBody(rec)
 	var (
 		h      [hashLen]byte
 		hashed bool

@@ -56,10 +56,11 @@ func TestStreamToBusyThreadChecks(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b
 	}
-	hook := &keyHook{}
+	var markers []string
 	for th := range threads {
-		hook.markers = append(hook.markers, fmt.Sprintf("signals.thread.storm%d", th), fmt.Sprintf("signals.done.storm%d", th))
+		markers = append(markers, fmt.Sprintf("signals.thread.storm%d", th), fmt.Sprintf("signals.done.storm%d", th))
 	}
+	hook := keyHook(markers...)
 	opts := func(id string) []signals.Option {
 		// Defaults for TTL (15s) and recovery (1s).
 		return []signals.Option{signals.WithProcessID(id), signals.WithLeaseTTL(15 * time.Second),

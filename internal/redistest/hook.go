@@ -14,10 +14,13 @@ import (
 // apart. Add it with AddHook; on a Cluster add one to each node client in
 // OnNewNode to count per node. When Observe is set it is called with each
 // round trip (its ctx, its commands, and whether it is a pipeline) before
-// the round trip is sent, for tests that attribute round trips themselves.
-// The zero value counts; it is safe for concurrent use.
+// the round trip is sent, for tests that attribute round trips themselves;
+// when Answered is set it is called the same way once the round trip
+// returned (the commands hold their replies or errors). The zero value
+// counts; it is safe for concurrent use.
 type RoundTrips struct {
-	Observe func(ctx context.Context, cmds []redis.Cmder, pipeline bool)
+	Observe  func(ctx context.Context, cmds []redis.Cmder, pipeline bool)
+	Answered func(ctx context.Context, cmds []redis.Cmder, pipeline bool)
 
 	n, dials atomic.Int64
 }
@@ -48,7 +51,11 @@ func (h *RoundTrips) DialHook(next redis.DialHook) redis.DialHook {
 func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.trip(ctx, []redis.Cmder{cmd}, false)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if h.Answered != nil {
+			h.Answered(ctx, []redis.Cmder{cmd}, false)
+		}
+		return err
 	}
 }
 
@@ -56,7 +63,11 @@ func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.trip(ctx, cmds, true)
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		if h.Answered != nil {
+			h.Answered(ctx, cmds, true)
+		}
+		return err
 	}
 }
 

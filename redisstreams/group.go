@@ -247,7 +247,7 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	infos, err := groups.Result()
 	switch {
 	case isNoSuchKey(err) || isNoGroup(err):
-		return true, nil
+		return !g.holdsUpTo(id), nil
 	case err != nil:
 		return false, err
 	}
@@ -261,7 +261,7 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 		}
 	}
 	if !found {
-		return true, nil
+		return !g.holdsUpTo(id), nil
 	}
 	p, err := pend.Result()
 	switch {
@@ -1748,4 +1748,17 @@ func (a *acker) write(batch []ackReq) {
 			wait.Stop()
 		}
 	}
+}
+
+// holdsUpTo reports whether an entry at or below id is queued or running
+// here (its group or stream is gone: it is still handled).
+func (g *groupSub) holdsUpTo(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for mid := range g.inflight {
+		if compareStreamIDs(mid, id) <= 0 {
+			return true
+		}
+	}
+	return false
 }

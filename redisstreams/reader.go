@@ -315,8 +315,6 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 		go sub.work()
 	}
 	sub.key = key
-	s.add(sub)
-
 	r := s.readerFor(key)
 	sub.r = r
 	r.mu.Lock()
@@ -328,6 +326,7 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 	st.subs = append(st.subs, sub)
 	sub.st = st
 	r.mu.Unlock()
+	s.add(sub) // after sub.r is set: flush and deletedUpTo use it
 	r.bl.wake()
 	return sub, nil
 }
@@ -398,8 +397,14 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	}
 	f.r.mu.Lock()
 	cursor, floor := f.cursor, f.floor
-	gone := f.gone != "" && compareStreamIDs(f.gone, id) >= 0 && f.r.doneSeq >= f.goneAfter
+	covered := f.gone != "" && compareStreamIDs(f.gone, id) >= 0
+	gone := covered && f.r.doneSeq >= f.goneAfter
 	f.r.mu.Unlock()
+	if covered && !gone {
+		// A read started before the deletion may have reached the server
+		// after it, past the waker's unblock retries: unblock it again.
+		f.r.bl.wake()
+	}
 	reached := compareStreamIDs(cursor, id) >= 0 || (floor != "" && compareStreamIDs(floor, id) >= 0) || gone
 	return reached && f.busy.Load() == 0, nil
 }

@@ -98,9 +98,9 @@
 // watch of [WorkTopic] (every runtime sees every wake notice and kicks its
 // own tenure of the notice's thread: that is how a Forwarded signal reaches
 // the owner, one read later), and a notice handler that finds a local
-// tenure. Only the first of these reads: a kick for a copy of a signal
-// (named by its wake notice) that was kicked for less than 250ms ago is
-// skipped (one inbox read per signal: TestInboxReadOncePerSignal). The lease
+// tenure. Only the first of these reads: news of a signal (named by its
+// wake notice) that another of them kicked for less than 250ms ago kicks
+// nothing (one inbox read per signal: TestInboxReadOncePerSignal). The lease
 // is fenced, so the tenure is the inbox's sole legitimate reader, which is
 // what ClaimPending asks of its caller. Each delivery starts a run, or is given
 // to the running run through [Run.Next]. An entry is acked only once the run

@@ -316,7 +316,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// only when the publish returned nil: then a kick for its
 		// notice, from the fan-out watch, may have covered it already.
 		if perr == nil {
-			s.kickFor(notice.ID)
+			s.kickFor(notice.ID, bySend)
 		} else {
 			s.kick()
 		}
@@ -596,7 +596,7 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
 	if s != nil {
-		s.kickFor(ev.ID)
+		s.kickFor(ev.ID, byWatch)
 	}
 	return nil
 }
@@ -796,7 +796,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		s := rt.sessions[thread]
 		rt.mu.Unlock()
 		if s != nil {
-			s.kickFor(ev.ID) // the notice may be the owner's only news of the signal
+			s.kickFor(ev.ID, byNotice) // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
 				return nil

@@ -42,9 +42,9 @@ type session struct {
 	seenOrder []string
 	seenHead  int
 	waiters   map[string][]chan struct{}
-	// kickedAt holds when kickFor last kicked for a copy of a signal (by
-	// its wake notice's ID).
-	kickedAt map[string]time.Time
+	// kickedAt holds, by wake notice ID, when kickFor last kicked for a
+	// signal and which sources heard of it since.
+	kickedAt map[string]kickMark
 	record   string
 	ctl      runControl // control.go: cancel of the running run
 
@@ -119,20 +119,25 @@ func (s *session) kick() {
 	}
 }
 
-// kickFor kicks the tenure for one copy of a signal, named by its wake
-// notice's ID (noticeID), which is in the inbox already (the caller stored
-// it, or saw the wake notice, stored after it), unless kickFor kicked for
-// that copy less than kickCover ago. The owner hears of a copy up to three
-// times (a local Send, its fan-out watch of the wake notice, the notice's
-// handler when it lands here); only the first reads the inbox. A kick asks
-// for a read of everything stored before it (pubsub.Kicker), retried by
-// the subscription until it ran, so the later ones would read nothing. A
-// kick mark older than kickCover no longer counts: a notice that comes back
-// after a nack kicks again. The marks are per copy, not per signal ID: a
-// Send retried with the same ID stores another copy, with a notice of its
-// own, and that copy is read (and acked unrun, a duplicate) like any other
-// (TestDuplicateSendReadByItsTenure).
-func (s *session) kickFor(noticeID string) {
+// kickFor kicks the tenure for a signal, named by its wake notice's ID
+// (noticeID), which is in the inbox already (the caller stored it, or saw
+// the wake notice, stored after it), heard of by source by, unless another
+// source kicked for that notice less than kickCover ago. The owner hears of
+// a signal up to three times (a local Send, its fan-out watch of the wake
+// notice, the notice's handler when it lands here); only the first reads
+// the inbox. A kick asks for a read of everything stored before it
+// (pubsub.Kicker), retried by the subscription until it ran, so the later
+// ones would read nothing (TestInboxReadOncePerSignal).
+//
+// The marks are per notice, not per signal ID: a Send retried with the same
+// ID stores another copy with a notice of its own, read (and acked unrun, a
+// duplicate) like any other (TestDuplicateSendReadByItsTenure). A publish
+// that go-redis sent twice stores the signal and its notice twice under one
+// notice ID: the source that hears of the same notice again (the fan-out
+// watch sees every stored notice) kicks again, so that the second copy is
+// read too (TestRetriedPublishCopyRead). A mark older than kickCover no
+// longer counts: a notice that comes back after a nack kicks again.
+func (s *session) kickFor(noticeID string, by kickSource) {
 	id := noticeID
 	if id == "" {
 		s.kick() // nothing to tell it by
@@ -140,14 +145,23 @@ func (s *session) kickFor(noticeID string) {
 	}
 	now := time.Now()
 	s.mu.Lock()
-	skip := false
-	if t, ok := s.kickedAt[id]; ok && now.Sub(t) < kickCover {
-		skip = true
+	// A mark made by this same source does not stand for this news: the
+	// same notice ID seen again by one source is another stored copy (a
+	// publish go-redis retried stores the signal and its notice again).
+	m, ok := s.kickedAt[id]
+	if ok && now.Sub(m.at) >= kickCover {
+		m, ok = kickMark{}, false
 	}
-	if !skip {
+	// A source's first news of the copy is covered by another's kick; its
+	// second news is another stored copy.
+	skip := ok && m.by&by == 0
+	if skip {
+		m.by |= by
+		s.kickedAt[id] = m
+	} else {
 		if len(s.kickedAt) >= kickedMax {
 			for k, t := range s.kickedAt {
-				if now.Sub(t) >= kickCover {
+				if now.Sub(t.at) >= kickCover {
 					delete(s.kickedAt, k)
 				}
 			}
@@ -156,14 +170,30 @@ func (s *session) kickFor(noticeID string) {
 			}
 		}
 		if s.kickedAt == nil {
-			s.kickedAt = make(map[string]time.Time)
+			s.kickedAt = make(map[string]kickMark)
 		}
-		s.kickedAt[id] = now
+		s.kickedAt[id] = kickMark{at: now, by: by}
 	}
 	s.mu.Unlock()
 	if !skip {
 		s.kick()
 	}
+}
+
+// kickSource is who heard of a signal (kickFor), a bit each.
+type kickSource uint8
+
+const (
+	bySend   kickSource = 1 << iota // a local Send, once its publish returned
+	byWatch                         // the fan-out watch of the work topic
+	byNotice                        // a notice handler of this process
+)
+
+// kickMark is a tenure's record of a notice it was kicked for: when, and
+// the sources that heard of it since.
+type kickMark struct {
+	at time.Time
+	by kickSource
 }
 
 const (

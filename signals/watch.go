@@ -156,7 +156,7 @@ func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time)
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
 	if s != nil {
-		s.kickFor(noticeID)
+		s.kickFor(noticeID, byNotice)
 		if s.ranHereNow(id) {
 			return nil
 		}

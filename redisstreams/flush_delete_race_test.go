@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -350,5 +351,147 @@ func TestFlushGroupWaitsAcrossDeleteTopic(t *testing.T) {
 	}
 	if err := <-flushed; err != nil || !slowDone.Load() {
 		t.Fatalf("Flush = %v, slow handled = %v; want nil after slow was handled", err, slowDone.Load())
+	}
+}
+
+// TestFlushAfterDeleteLateJoiners: an event "mid" published while
+// DeleteTopic runs is taken by the deletion, unread; Flush does not wait
+// for it on a fan-out subscription made after the deletion, nor on a group
+// subscription whose group was recreated since (the reader's stream check
+// finds the group gone and the subscription recreates it from the start,
+// its last delivered id 0-0). Found by review 17 (both older than this
+// pass, 3 of 3 runs each: Flush hit its 3s deadline).
+func TestFlushAfterDeleteLateJoiners(t *testing.T) {
+	ctx := context.Background()
+	deleteWithMid := func(t *testing.T, b *Backend, gate *sendGate) {
+		t.Helper()
+		time.Sleep(5 * time.Millisecond) // past the millisecond of "old": one script call
+		delDone := deleteHeld(t, b, gate)
+		if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
+			t.Fatal(err)
+		}
+		close(gate.release)
+		if err := <-delDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushAtOnce := func(t *testing.T, b *Backend) {
+		t.Helper()
+		fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := b.Flush(fctx); err != nil {
+			t.Fatalf("Flush = %v after %v: it waited for an event DeleteTopic took", err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	t.Run("FanOutMadeAfter", func(t *testing.T) {
+		gate := newSendGate(deleteTopicCall(true))
+		b := flushRig(t, func(context.Context, pubsub.Event) error { return nil }, gate)
+		deleteWithMid(t, b, gate)
+		sub, err := b.Subscribe(ctx, "t", func(context.Context, pubsub.Event) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+		flushAtOnce(t, b)
+	})
+	t.Run("GroupRecreated", func(t *testing.T) {
+		redistest.Require(t)
+		srv := redistest.Start(t, redistest.Options{})
+		b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		gate := newSendGate(deleteTopicCall(true))
+		b.client.AddHook(gate)
+		sub, err := b.Subscribe(ctx, "t", func(context.Context, pubsub.Event) error { return nil }, pubsub.Group("g"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+		if err := b.Publish(ctx, "t", pubsub.Event{Type: "old"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		deleteWithMid(t, b, gate)
+		key := b.keys.Stream("t")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if gs, err := b.client.XInfoGroups(ctx, key).Result(); err == nil && len(gs) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("group not recreated within 10s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		flushAtOnce(t, b)
+		// The deletion's mark lives while the key has local subscriptions.
+		if b.bus.goneUpTo(key) == "" {
+			t.Fatal("no deletion mark while the group subscription lives")
+		}
+		if err := sub.Unsubscribe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if g := b.bus.goneUpTo(key); g != "" {
+			t.Fatalf("deletion mark %q kept after the last subscription on the key left", g)
+		}
+	})
+}
+
+// TestFlushGroupNackedThenDeleted: an entry nacked with a long redelivery
+// delay (Concurrency 2: it waits for its delay holding no handler) when
+// DeleteTopic takes the stream is never handled again (its claim finds no
+// group); Flush does not wait for it. Found by review 17 in 8a80ae5 (whose
+// fix for a running handler also counted such an entry): Flush hit its
+// 1.5s deadline, 2 of 2 runs; it returned at once on 51198bf.
+func TestFlushGroupNackedThenDeleted(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	delGate := newSendGate(deleteTopicCall(true))
+	b.client.AddHook(delGate)
+	nacked := make(chan struct{}, 8)
+	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
+		if e.Type != "x" {
+			return nil
+		}
+		nacked <- struct{}{}
+		return errors.New("not now")
+	}, pubsub.Group("g"), pubsub.Concurrency(2), pubsub.RedeliveryDelay(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe(ctx)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-nacked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("x not delivered")
+	}
+	time.Sleep(50 * time.Millisecond)
+	delDone := deleteHeld(t, b, delGate)
+	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
+		t.Fatal(err)
+	}
+	close(delGate.release)
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := b.Flush(fctx); err != nil {
+		t.Fatalf("Flush = %v after %v, waiting for a nacked entry the deletion dropped", err, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -107,6 +107,7 @@ type groupMsg struct {
 	started  bool      // a handler has begun it
 	lost     bool      // another consumer took it over before we started it
 	waiting  bool      // nacked: pending here until its redelivery delay passed
+	resting  bool      // nacked on a Concurrency(1) handler, waiting out its delay (retryInPlace)
 	timer    *time.Timer
 }
 
@@ -238,6 +239,11 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 		return true, nil
 	default:
 	}
+	if gone := g.s.goneUpTo(g.key); gone != "" && compareStreamIDs(id, gone) <= 0 {
+		// Deleted by this Backend's DeleteTopic: the group (recreated
+		// since, maybe) delivers none of it again.
+		return !g.holdsUpTo(id), nil
+	}
 	pipe := g.s.b.client.Pipeline()
 	groups := pipe.XInfoGroups(ctx, g.key)
 	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
@@ -266,7 +272,7 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	p, err := pend.Result()
 	switch {
 	case isNoGroup(err):
-		return true, nil
+		return !g.holdsUpTo(id), nil
 	case err != nil:
 		return false, err
 	}
@@ -1252,7 +1258,14 @@ func (g *groupSub) process(m *groupMsg) {
 func (g *groupSub) retryInPlace(m *groupMsg) {
 	defer g.forget(m.id)
 	for {
-		if backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt)) != nil {
+		g.mu.Lock()
+		m.resting = true
+		g.mu.Unlock()
+		err := backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt))
+		g.mu.Lock()
+		m.resting = false
+		g.mu.Unlock()
+		if err != nil {
 			return
 		}
 		// Claim it again: that counts the attempt on the server. MinIdle is
@@ -1751,11 +1764,16 @@ func (a *acker) write(batch []ackReq) {
 }
 
 // holdsUpTo reports whether an entry at or below id is queued or running
-// here (its group or stream is gone: it is still handled).
+// here (its group or stream is gone: it is still handled). A nacked entry
+// waiting for its redelivery does not count: the claim that would bring it
+// back finds no group, or a new one without it, and drops it.
 func (g *groupSub) holdsUpTo(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for mid := range g.inflight {
+	for mid, m := range g.inflight {
+		if m.waiting || m.resting {
+			continue
+		}
 		if compareStreamIDs(mid, id) <= 0 {
 			return true
 		}

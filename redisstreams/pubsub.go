@@ -42,6 +42,11 @@ type streamBus struct {
 	fmu     sync.Mutex
 	subKeys map[string]int    // stream key → local subscriptions on it
 	lastPub map[string]string // stream key → last id written here
+	// goneTo: stream key → the last id of its stream as this Backend's
+	// DeleteTopic deleted it, while the key has local subscriptions: a
+	// subscription that joins later, or a group recreated since, never
+	// handles the entries up to it (Flush does not wait for them).
+	goneTo map[string]string
 
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
@@ -69,6 +74,7 @@ func (s *streamBus) init(b *Backend) {
 	s.subs = make(map[subscription]struct{})
 	s.subKeys = make(map[string]int)
 	s.lastPub = make(map[string]string)
+	s.goneTo = make(map[string]string)
 	s.readers = make(map[string]*fanReader)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.acks.init(b)
@@ -149,14 +155,29 @@ func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, er
 	}
 }
 
-// add registers a started subscription.
+// add registers a started subscription. A fan-out subscription that joins
+// after this Backend's DeleteTopic of its stream takes the deletion's last
+// id as gone (see deletedUpTo, which records goneTo before it looks at the
+// subscriptions: one of the two sees the other).
 func (s *streamBus) add(sub subscription) {
 	s.mu.Lock()
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
 	s.fmu.Lock()
 	s.subKeys[sub.streamKey()]++
+	last := s.goneTo[sub.streamKey()]
 	s.fmu.Unlock()
+	if f, ok := sub.(*fanSub); ok && last != "" {
+		f.markGone(last)
+	}
+}
+
+// goneUpTo returns the last id of the stream key as this Backend's
+// DeleteTopic deleted it ("" when none is known).
+func (s *streamBus) goneUpTo(key string) string {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.goneTo[key]
 }
 
 // remove forgets sub (after it stopped).
@@ -173,6 +194,7 @@ func (s *streamBus) remove(sub subscription) {
 	if s.subKeys[key]--; s.subKeys[key] <= 0 {
 		delete(s.subKeys, key)
 		delete(s.lastPub, key)
+		delete(s.goneTo, key)
 	}
 	s.fmu.Unlock()
 }

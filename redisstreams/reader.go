@@ -482,10 +482,19 @@ func (r *fanReader) loop() {
 }
 
 // deletedUpTo records that DeleteTopic of this Backend deleted the stream
-// key with last as its last entry id (fanSub.gone), and wakes the readers
-// of its fan-out subscriptions: a read blocked since before the deletion
-// returns, so the ones that had not read everything need not wait for it.
+// key with last as its last entry id: for the key while it has local
+// subscriptions (goneTo: subscriptions that join later, recreated groups),
+// and for each fan-out subscription on it now (fanSub.gone); it wakes their
+// readers, so that a read blocked since before the deletion returns and
+// the ones that had not read everything need not wait for it. (goneTo is
+// set before the subscriptions are looked at, and add looks at goneTo
+// after it registered a subscription: every subscription gets the mark.)
 func (s *streamBus) deletedUpTo(key, last string) {
+	s.fmu.Lock()
+	if s.subKeys[key] > 0 && (s.goneTo[key] == "" || compareStreamIDs(last, s.goneTo[key]) > 0) {
+		s.goneTo[key] = last
+	}
+	s.fmu.Unlock()
 	s.mu.Lock()
 	var subs []*fanSub
 	for sub := range s.subs {
@@ -496,16 +505,22 @@ func (s *streamBus) deletedUpTo(key, last string) {
 	s.mu.Unlock()
 	woke := map[*fanReader]bool{}
 	for _, f := range subs {
-		f.r.mu.Lock()
-		if f.gone == "" || compareStreamIDs(last, f.gone) > 0 {
-			f.gone, f.goneAfter = last, f.r.readSeq
-		}
-		f.r.mu.Unlock()
+		f.markGone(last)
 		if !woke[f.r] {
 			woke[f.r] = true
 			f.r.bl.wake()
 		}
 	}
+}
+
+// markGone records that the stream's entries up to last are gone (see
+// gone): counted once the reads the reader started by now are over.
+func (f *fanSub) markGone(last string) {
+	f.r.mu.Lock()
+	if f.gone == "" || compareStreamIDs(last, f.gone) > 0 {
+		f.gone, f.goneAfter = last, f.r.readSeq
+	}
+	f.r.mu.Unlock()
 }
 
 // readDone records that the read numbered seq is over, its entries handed

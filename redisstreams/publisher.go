@@ -117,8 +117,9 @@ func (s *streamBus) send(ctx context.Context, r *pubReq) {
 		s.pipeline(ctx, []*pubReq{r})
 		return
 	}
+	seq := s.deletions()
 	id, err := s.b.client.XAdd(ctx, s.xaddArgs(r)).Result()
-	s.answer(r, id, err)
+	s.answer(r, id, err, seq)
 }
 
 // sendBatch writes a batch that queued behind a leader. The writes are not
@@ -188,10 +189,11 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 			}
 		}
 	}
+	seq := s.deletions()
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, r := range batch {
 		id, err := cmds[i].Result()
-		s.answer(r, id, err)
+		s.answer(r, id, err, seq)
 	}
 	for key, cmd := range trims {
 		s.checkTrim(ctx, key, cmd)
@@ -216,10 +218,10 @@ type textCmd struct{ *redis.Cmd }
 func (c textCmd) Result() (string, error) { return c.Cmd.Text() }
 
 // answer records the outcome of r's XADD.
-func (s *streamBus) answer(r *pubReq, id string, err error) {
+func (s *streamBus) answer(r *pubReq, id string, err error, seq uint64) {
 	if err != nil {
 		r.err = fmt.Errorf("redisstreams: xadd %q: %w", r.key, err)
 		return
 	}
-	s.wrote(r.key, id)
+	s.wrote(r.key, id, seq)
 }

@@ -47,6 +47,13 @@ type streamBus struct {
 	// subscription that joins later, or a group recreated since, never
 	// handles the entries up to it (Flush does not wait for them).
 	goneTo map[string]string
+	// delSeq counts the deletions recorded in goneTo (guarded by fmu): a
+	// write sent after the last of them that still gets an id at or below
+	// its key's goneTo went to a stream recreated lower (its last id was
+	// ahead of the server's clock, then the key was removed by
+	// StreamIdleTTL or another process): the mark no longer tells the
+	// deleted entries from new ones, and is dropped.
+	delSeq uint64
 
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
@@ -219,13 +226,43 @@ func (s *streamBus) lastWrite(key string) string {
 	return s.lastPub[key]
 }
 
-// wrote records that id was written to the stream key, for Flush.
-func (s *streamBus) wrote(key, id string) {
+// deletions returns delSeq, read before a write is sent (see wrote).
+func (s *streamBus) deletions() uint64 {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.delSeq
+}
+
+// wrote records that id was written to the stream key, for Flush; seq is
+// deletions() as it was before the write was sent.
+func (s *streamBus) wrote(key, id string, seq uint64) {
 	s.fmu.Lock()
 	if s.subKeys[key] > 0 && compareStreamIDs(id, s.lastPub[key]) > 0 {
 		s.lastPub[key] = id
 	}
+	stale := false
+	if g := s.goneTo[key]; g != "" && seq == s.delSeq && compareStreamIDs(id, g) <= 0 {
+		delete(s.goneTo, key)
+		stale = true
+	}
 	s.fmu.Unlock()
+	if stale {
+		s.mu.Lock()
+		var subs []*fanSub
+		for sub := range s.subs {
+			if f, ok := sub.(*fanSub); ok && f.key == key {
+				subs = append(subs, f)
+			}
+		}
+		s.mu.Unlock()
+		for _, f := range subs {
+			f.r.mu.Lock()
+			if f.gone != "" && compareStreamIDs(id, f.gone) <= 0 {
+				f.gone = ""
+			}
+			f.r.mu.Unlock()
+		}
+	}
 }
 
 // flush waits until every local subscription has handled the entries this

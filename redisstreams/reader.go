@@ -494,6 +494,7 @@ func (s *streamBus) deletedUpTo(key, last string) {
 	if s.subKeys[key] > 0 && (s.goneTo[key] == "" || compareStreamIDs(last, s.goneTo[key]) > 0) {
 		s.goneTo[key] = last
 	}
+	s.delSeq++
 	s.fmu.Unlock()
 	s.mu.Lock()
 	var subs []*fanSub

@@ -102,19 +102,28 @@ func deleteTopicCall(first bool) func(redis.Cmder) bool {
 	}
 }
 
+// urlBackend starts a redis-server and returns it with a Backend on it made
+// as a user makes one (NewURL: go-redis's default pool), closed when the
+// test ends.
+func urlBackend(t *testing.T) (*redistest.Server, *Backend) {
+	t.Helper()
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := NewURL(context.Background(), srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return srv, b
+}
+
 // flushRig starts a redis-server and a Backend on it (NewURL) with hooks
 // added, subscribes h (fan-out) to topic "t", publishes "old" and flushes:
 // the tests start from a stream the subscription has read to its end.
 func flushRig(t *testing.T, h pubsub.Handler, hooks ...redis.Hook) *Backend {
 	t.Helper()
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
+	_, b := urlBackend(t)
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 	for _, hk := range hooks {
 		b.client.AddHook(hk)
 	}
@@ -308,14 +317,8 @@ func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
 // pass, 3 of 3 runs): the group's caughtUp answered true as soon as the
 // stream or the group was gone, and Flush returned after about 55ms.
 func TestFlushGroupWaitsAcrossDeleteTopic(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
+	_, b := urlBackend(t)
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 	started := make(chan struct{})
 	var slowDone atomic.Bool
 	var once sync.Once
@@ -449,14 +452,8 @@ func TestFlushAfterDeleteLateJoiners(t *testing.T) {
 // fix for a running handler also counted such an entry): Flush hit its
 // 1.5s deadline, 2 of 2 runs; it returned at once on 51198bf.
 func TestFlushGroupNackedThenDeleted(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
+	_, b := urlBackend(t)
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
 	delGate := newSendGate(deleteTopicCall(true))
 	b.client.AddHook(delGate)
 	nacked := make(chan struct{}, 8)

@@ -54,6 +54,10 @@ type streamBus struct {
 	// StreamIdleTTL or another process): the mark no longer tells the
 	// deleted entries from new ones, and is dropped.
 	delSeq uint64
+	// goneSeq: stream key → delSeq as its last deletion counted itself
+	// (with goneTo): a write whose deletions() is at least this was sent
+	// after that deletion, whatever other keys were deleted meanwhile.
+	goneSeq map[string]uint64
 
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
@@ -82,6 +86,7 @@ func (s *streamBus) init(b *Backend) {
 	s.subKeys = make(map[string]int)
 	s.lastPub = make(map[string]string)
 	s.goneTo = make(map[string]string)
+	s.goneSeq = make(map[string]uint64)
 	s.readers = make(map[string]*fanReader)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.acks.init(b)
@@ -202,6 +207,7 @@ func (s *streamBus) remove(sub subscription) {
 		delete(s.subKeys, key)
 		delete(s.lastPub, key)
 		delete(s.goneTo, key)
+		delete(s.goneSeq, key)
 	}
 	s.fmu.Unlock()
 }
@@ -237,13 +243,20 @@ func (s *streamBus) deletions() uint64 {
 // deletions() as it was before the write was sent.
 func (s *streamBus) wrote(key, id string, seq uint64) {
 	s.fmu.Lock()
+	stale := false
+	if g := s.goneTo[key]; g != "" && seq >= s.goneSeq[key] && compareStreamIDs(id, g) <= 0 {
+		delete(s.goneTo, key)
+		delete(s.goneSeq, key)
+		stale = true
+		// What this Backend wrote up to the mark went with the deletion
+		// (the subscriptions' gone that covered it is cleared below): it
+		// is no Flush target any more; this write is.
+		if last, ok := s.lastPub[key]; ok && compareStreamIDs(last, g) <= 0 {
+			delete(s.lastPub, key)
+		}
+	}
 	if s.subKeys[key] > 0 && compareStreamIDs(id, s.lastPub[key]) > 0 {
 		s.lastPub[key] = id
-	}
-	stale := false
-	if g := s.goneTo[key]; g != "" && seq == s.delSeq && compareStreamIDs(id, g) <= 0 {
-		delete(s.goneTo, key)
-		stale = true
 	}
 	s.fmu.Unlock()
 	if stale {

@@ -495,6 +495,9 @@ func (s *streamBus) deletedUpTo(key, last string) {
 		s.goneTo[key] = last
 	}
 	s.delSeq++
+	if s.goneTo[key] != "" {
+		s.goneSeq[key] = s.delSeq
+	}
 	s.fmu.Unlock()
 	s.mu.Lock()
 	var subs []*fanSub

@@ -524,8 +524,10 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // a subscription read before the deletion is still handled, and waited for.
 // (After a deletion by another process, Flush still waits for this
 // Backend's events that went unread with the stream, until its ctx ends or
-// a later event on the topic is handled.) It returns ctx.Err() when ctx
-// ends first and pubsub.ErrClosed after Close.
+// a later event on the topic with a higher id is handled; when the stream
+// comes back with lower ids, because the server's clock is behind its last
+// id (a failover to a server whose clock lags), until its ctx ends.) It
+// returns ctx.Err() when ctx ends first and pubsub.ErrClosed after Close.
 func (b *Backend) Flush(ctx context.Context) error {
 	if b.isClosed() {
 		return pubsub.ErrClosed

@@ -177,10 +177,10 @@ func (s *streamBus) add(sub subscription) {
 	s.mu.Unlock()
 	s.fmu.Lock()
 	s.subKeys[sub.streamKey()]++
-	last := s.goneTo[sub.streamKey()]
+	last, seq := s.goneTo[sub.streamKey()], s.goneSeq[sub.streamKey()]
 	s.fmu.Unlock()
 	if f, ok := sub.(*fanSub); ok && last != "" {
-		f.markGone(last)
+		f.markGone(last, seq)
 	}
 }
 
@@ -242,12 +242,22 @@ func (s *streamBus) deletions() uint64 {
 // wrote records that id was written to the stream key, for Flush; seq is
 // deletions() as it was before the write was sent.
 func (s *streamBus) wrote(key, id string, seq uint64) {
+	if markSeq, stale := s.recordWrite(key, id, seq); stale {
+		s.clearGone(key, id, markSeq)
+	}
+}
+
+// recordWrite is wrote's first step, under fmu: it records id as the key's
+// Flush target and, when the write shows the key's deletion mark stale,
+// drops the mark (and what was written up to it) and reports the mark's
+// deletion count.
+func (s *streamBus) recordWrite(key, id string, seq uint64) (markSeq uint64, stale bool) {
 	s.fmu.Lock()
-	stale := false
+	defer s.fmu.Unlock()
 	if g := s.goneTo[key]; g != "" && seq >= s.goneSeq[key] && compareStreamIDs(id, g) <= 0 {
+		markSeq, stale = s.goneSeq[key], true
 		delete(s.goneTo, key)
 		delete(s.goneSeq, key)
-		stale = true
 		// What this Backend wrote up to the mark went with the deletion
 		// (the subscriptions' gone that covered it is cleared below): it
 		// is no Flush target any more; this write is.
@@ -258,23 +268,27 @@ func (s *streamBus) wrote(key, id string, seq uint64) {
 	if s.subKeys[key] > 0 && compareStreamIDs(id, s.lastPub[key]) > 0 {
 		s.lastPub[key] = id
 	}
-	s.fmu.Unlock()
-	if stale {
-		s.mu.Lock()
-		var subs []*fanSub
-		for sub := range s.subs {
-			if f, ok := sub.(*fanSub); ok && f.key == key {
-				subs = append(subs, f)
-			}
+	return markSeq, stale
+}
+
+// clearGone is wrote's second step: it clears the fan-out subscriptions'
+// gone that covers id, when it came from the dropped mark's deletion or an
+// earlier one (markSeq), not from a deletion of the key that ran since.
+func (s *streamBus) clearGone(key, id string, markSeq uint64) {
+	s.mu.Lock()
+	var subs []*fanSub
+	for sub := range s.subs {
+		if f, ok := sub.(*fanSub); ok && f.key == key {
+			subs = append(subs, f)
 		}
-		s.mu.Unlock()
-		for _, f := range subs {
-			f.r.mu.Lock()
-			if f.gone != "" && compareStreamIDs(id, f.gone) <= 0 {
-				f.gone = ""
-			}
-			f.r.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for _, f := range subs {
+		f.r.mu.Lock()
+		if f.gone != "" && compareStreamIDs(id, f.gone) <= 0 && f.goneSeq <= markSeq {
+			f.gone = ""
 		}
+		f.r.mu.Unlock()
 	}
 }
 

@@ -237,6 +237,7 @@ type fanSub struct {
 	// deletion, to be handled first.
 	gone      string
 	goneAfter uint64
+	goneSeq   uint64       // the latest deletion (streamBus.delSeq) that set gone
 	full      atomic.Bool  // ch was full: the reader skips it until drained
 	busy      atomic.Int64 // entries handed over and not yet handled
 	ch        chan fanMsg
@@ -495,8 +496,9 @@ func (s *streamBus) deletedUpTo(key, last string) {
 		s.goneTo[key] = last
 	}
 	s.delSeq++
+	seq := s.delSeq
 	if s.goneTo[key] != "" {
-		s.goneSeq[key] = s.delSeq
+		s.goneSeq[key] = seq
 	}
 	s.fmu.Unlock()
 	s.mu.Lock()
@@ -509,7 +511,7 @@ func (s *streamBus) deletedUpTo(key, last string) {
 	s.mu.Unlock()
 	woke := map[*fanReader]bool{}
 	for _, f := range subs {
-		f.markGone(last)
+		f.markGone(last, seq)
 		if !woke[f.r] {
 			woke[f.r] = true
 			f.r.bl.wake()
@@ -518,12 +520,14 @@ func (s *streamBus) deletedUpTo(key, last string) {
 }
 
 // markGone records that the stream's entries up to last are gone (see
-// gone): counted once the reads the reader started by now are over.
-func (f *fanSub) markGone(last string) {
+// gone), by the deletion counted seq (streamBus.delSeq): counted once the
+// reads the reader started by now are over.
+func (f *fanSub) markGone(last string, seq uint64) {
 	f.r.mu.Lock()
 	if f.gone == "" || compareStreamIDs(last, f.gone) > 0 {
 		f.gone, f.goneAfter = last, f.r.readSeq
 	}
+	f.goneSeq = max(f.goneSeq, seq)
 	f.r.mu.Unlock()
 }
 

@@ -645,3 +645,42 @@ func TestKeepHeldTransferToken(t *testing.T) {
 		})
 	}
 }
+
+// slowTokens is a TokenTransferer whose transfers take d (fake time).
+type slowTokens struct {
+	lease.Provider
+	tt lease.TokenTransferer
+	d  time.Duration
+}
+
+func (s slowTokens) TransferLeaseToken(ctx context.Context, key, from, to string, ttl time.Duration) (uint64, error) {
+	time.Sleep(s.d)
+	return s.tt.TransferLeaseToken(ctx, key, from, to, ttl)
+}
+
+// TestKeepHeldTransferTokenDeadline: a Held made by a transfer on a
+// TokenTransferer counts its loss deadline from the transfer call's start
+// (lease/doc.go, "Fail-closed"): the TTL minus its tenth after the call
+// began, not after it returned, however long the call took.
+func TestKeepHeldTransferTokenDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		b := bubbleBackend(t)
+		p := slowTokens{Provider: b, tt: b, d: ttl / 4}
+		h, err := lease.Keep(ctx, p, "k", "a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		h2, err := h.Transfer(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := h2.Deadline(), start.Add(ttl-ttl/10); !got.Equal(want) {
+			t.Fatalf("deadline %v after the transfer began, want %v", got.Sub(start), want.Sub(start))
+		}
+		if err := h2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -58,15 +58,27 @@ func (h *sendGate) waitHeld(t *testing.T, what string) {
 	}
 }
 
-// deleteHeld arms gate (a deleteTopicCall gate), starts b.DeleteTopic of
-// "t" and returns once gate holds its script; the channel gets its result.
-func deleteHeld(t *testing.T, b *Backend, gate *sendGate) <-chan error {
+// deleteAcross runs b.DeleteTopic of "t" with an event of type typ
+// published while gate (a deleteTopicCall gate) holds the deletion's script:
+// before it is sent (the event is in the stream the deletion takes) or,
+// with gate.after, once it ran (the event is published after it). between,
+// when not nil, runs after that publish, before the script is let go.
+func deleteAcross(t *testing.T, b *Backend, gate *sendGate, typ string, between func()) {
 	t.Helper()
 	gate.armed.Store(true)
 	done := make(chan error, 1)
 	go func() { done <- b.DeleteTopic(context.Background(), "t") }()
 	gate.waitHeld(t, "DeleteTopic's script")
-	return done
+	if err := b.Publish(context.Background(), "t", pubsub.Event{Type: typ}); err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between()
+	}
+	close(gate.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (h *sendGate) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -163,14 +175,7 @@ func TestFlushAfterPublishConcurrentWithDeleteTopic(t *testing.T) {
 		return nil
 	}, h)
 	time.Sleep(5 * time.Millisecond) // past the millisecond of "old": one script call
-	delDone := deleteHeld(t, b, h)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "new"}); err != nil {
-		t.Fatal(err)
-	}
-	close(h.release)
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
+	deleteAcross(t, b, h, "new", nil)
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -221,14 +226,7 @@ func flushAfterUnreadEventDeleted(t *testing.T, late bool) {
 		t.Fatal(err)
 	}
 	readGate.waitHeld(t, "the reader's next XREAD")
-	delDone := deleteHeld(t, b, delGate)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
-		t.Fatal(err)
-	}
-	close(delGate.release) // the stream goes, "mid" unread
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
+	deleteAcross(t, b, delGate, "mid", nil) // the stream goes, "mid" unread
 	if late {
 		time.Sleep(400 * time.Millisecond) // the waker gave up unblocking
 	}
@@ -285,15 +283,9 @@ func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
 		return nil
 	}, delGate, readGate)
 	readGate.armed.Store(true)
-	delDone := deleteHeld(t, b, delGate)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
-		t.Fatal(err)
-	}
-	readGate.waitHeld(t, "an XREAD that returned \"mid\"") // the reader has it in hand
-	close(delGate.release)
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
+	deleteAcross(t, b, delGate, "mid", func() {
+		readGate.waitHeld(t, "an XREAD that returned \"mid\"") // the reader has it in hand
+	})
 	flushed := make(chan error, 1)
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -369,14 +361,7 @@ func TestFlushAfterDeleteLateJoiners(t *testing.T) {
 	deleteWithMid := func(t *testing.T, b *Backend, gate *sendGate) {
 		t.Helper()
 		time.Sleep(5 * time.Millisecond) // past the millisecond of "old": one script call
-		delDone := deleteHeld(t, b, gate)
-		if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
-			t.Fatal(err)
-		}
-		close(gate.release)
-		if err := <-delDone; err != nil {
-			t.Fatal(err)
-		}
+		deleteAcross(t, b, gate, "mid", nil)
 	}
 	flushAtOnce := func(t *testing.T, b *Backend) {
 		t.Helper()
@@ -477,14 +462,7 @@ func TestFlushGroupNackedThenDeleted(t *testing.T) {
 		t.Fatal("x not delivered")
 	}
 	time.Sleep(50 * time.Millisecond)
-	delDone := deleteHeld(t, b, delGate)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
-		t.Fatal(err)
-	}
-	close(delGate.release)
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
+	deleteAcross(t, b, delGate, "mid", nil)
 	fctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()

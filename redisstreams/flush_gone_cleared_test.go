@@ -63,14 +63,7 @@ func TestFlushGoneClearedKeepsDeletedTarget(t *testing.T) {
 	if err := rdb.Do(ctx, "XADD", key, fmt.Sprintf("%d-0", future), fieldVersion, codecVersion, fieldID, "f1", fieldType, "foreign").Err(); err != nil {
 		t.Fatal(err)
 	}
-	delDone := deleteHeld(t, b, delGate)
-	if err := b.Publish(ctx, "t", pubsub.Event{Type: "mid"}); err != nil {
-		t.Fatal(err)
-	}
-	close(delGate.release) // emptied (clock behind), "mid" unread
-	if err := <-delDone; err != nil {
-		t.Fatal(err)
-	}
+	deleteAcross(t, b, delGate, "mid", nil) // emptied (clock behind), "mid" unread
 	if g := b.bus.goneUpTo(key); g == "" {
 		t.Fatal("no deletion mark recorded: the scenario did not happen")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -112,4 +113,34 @@ func urlRuntime(t *testing.T, url, prefix, id string, agent signals.Agent, hook 
 	}
 	t.Cleanup(stop)
 	return rt, stop
+}
+
+// endingPair starts two runtimes on srv, each on its own backend from
+// redisstreams.NewURL (default clients), with windowTTL, windowRecovery and
+// a 20ms linger, both running rig's agent: "A", whose process takes no wake
+// notice from the work group (noWorkGroup) and whose tenures of thread the
+// returned gate holds at their linger end, and "B", whose client gets hook
+// before its runtime starts.
+func endingPair(t *testing.T, srv *redistest.Server, thread string, hook redis.Hook) (a, b *signals.Runtime, gate *windowGate, rig *s1Rig) {
+	t.Helper()
+	ba, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ba.Close() })
+	bb, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bb.Close() })
+	bb.Client().AddHook(hook)
+	gate = newWindowGate(thread)
+	rig = newS1Rig(t)
+	opts := []signals.Option{signals.WithLeaseTTL(windowTTL), signals.WithRecoveryInterval(windowRecovery),
+		signals.WithLinger(20 * time.Millisecond)}
+	a = newRuntime(t, noWorkGroup{ba}, rig.agent("A"), append(opts, signals.WithProcessID("A"),
+		signals.WithHooks(signals.Hooks{LingerEnd: gate.hook}))...)
+	b = newRuntime(t, bb, rig.agent("B"), append(opts, signals.WithProcessID("B"))...)
+	t.Cleanup(gate.open)
+	return a, b, gate, rig
 }

@@ -1,12 +1,10 @@
 package signals_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/leasebus/leasebus/internal/redistest"
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -46,27 +44,8 @@ func testFollowerNearCap(t *testing.T, sendAt, gateHold time.Duration) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	const thread = "capped"
-	ba, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ba.Close() })
-	bb, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bb.Close() })
 	polls := &doneReads{key: signals.LeaseKey(thread)}
-	bb.Client().AddHook(polls)
-
-	gate := newWindowGate(thread)
-	rig := newS1Rig(t)
-	opts := []signals.Option{signals.WithLeaseTTL(windowTTL), signals.WithRecoveryInterval(windowRecovery),
-		signals.WithLinger(20 * time.Millisecond)}
-	a := newRuntime(t, noWorkGroup{ba}, rig.agent("A"), append(opts, signals.WithProcessID("A"),
-		signals.WithHooks(signals.Hooks{LingerEnd: gate.hook}))...)
-	b := newRuntime(t, bb, rig.agent("B"), append(opts, signals.WithProcessID("B"))...)
-	t.Cleanup(gate.open)
+	a, b, gate, rig := endingPair(t, srv, thread, polls)
 
 	if acc, err := a.Send(t.Context(), thread, sig("s1")); err != nil || acc.Action != signals.Woke {
 		t.Fatalf("send s1: %+v, %v; want Woke", acc, err)

@@ -88,27 +88,8 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 	const thread = "ending"
 	// Default clients, as users get from NewURL; B's hook is added
 	// before its runtime starts.
-	ba, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ba.Close() })
-	bb, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bb.Close() })
 	reads := &doneReads{key: "signals.done." + thread}
-	bb.Client().AddHook(reads)
-
-	gate := newWindowGate(thread)
-	rig := newS1Rig(t)
-	opts := []signals.Option{signals.WithLeaseTTL(windowTTL), signals.WithRecoveryInterval(windowRecovery),
-		signals.WithLinger(20 * time.Millisecond)}
-	a := newRuntime(t, noWorkGroup{ba}, rig.agent("A"), append(opts, signals.WithProcessID("A"),
-		signals.WithHooks(signals.Hooks{LingerEnd: gate.hook}))...)
-	b := newRuntime(t, bb, rig.agent("B"), append(opts, signals.WithProcessID("B"))...)
-	t.Cleanup(gate.open)
+	a, b, gate, rig := endingPair(t, srv, thread, reads)
 
 	if acc, err := a.Send(t.Context(), thread, sig("s1")); err != nil || acc.Action != signals.Woke {
 		t.Fatalf("send s1: %+v, %v; want Woke", acc, err)

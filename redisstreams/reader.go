@@ -249,6 +249,10 @@ type fanSub struct {
 	once   sync.Once
 }
 
+// testChannelFull, when set by a test, runs in the reader after a
+// subscription's channel was found full during a dispatch.
+var testChannelFull atomic.Pointer[func()]
+
 type fanMsg struct {
 	id string
 	ev pubsub.Event
@@ -615,6 +619,23 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 				}
 			}
 		}
+		// Which subscriptions take entries from this read is decided once,
+		// here: a subscription full now, or whose channel fills during
+		// the loop, takes none of the later entries even when its workers
+		// drain the channel meanwhile (they clear full without r.mu), or
+		// the entries skipped while it was full would be jumped over.
+		var okBuf [8]bool
+		ok := okBuf[:0]
+		if len(st.subs) > len(okBuf) {
+			ok = make([]bool, 0, len(st.subs))
+		}
+		for _, sub := range st.subs {
+			// A subscription left out of this read (it was full, so its
+			// cursor may be below the read's start) gets the entries
+			// between its cursor and the read's start from its own cursor
+			// next time.
+			ok = append(ok, !sub.full.Load() && st.readFrom != "" && compareStreamIDs(sub.cursor, st.readFrom) >= 0)
+		}
 		for _, msg := range xs.Messages {
 			var (
 				ev      pubsub.Event
@@ -622,14 +643,8 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 				bad     bool
 				first   = true
 			)
-			for _, sub := range st.subs {
-				if sub.full.Load() || compareStreamIDs(msg.ID, sub.cursor) <= 0 {
-					continue
-				}
-				if st.readFrom == "" || compareStreamIDs(sub.cursor, st.readFrom) < 0 {
-					// Left out of this read (it was full): the entries
-					// between its cursor and the read's start are not
-					// here; it gets them from its own cursor next time.
+			for i, sub := range st.subs {
+				if !ok[i] || compareStreamIDs(msg.ID, sub.cursor) <= 0 {
 					continue
 				}
 				if !decoded {
@@ -658,6 +673,10 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 					first = false
 				default: // stays full until its workers drain it
 					sub.busy.Add(-1)
+					ok[i] = false
+					if hook := testChannelFull.Load(); hook != nil {
+						(*hook)()
+					}
 				}
 			}
 		}

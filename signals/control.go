@@ -100,7 +100,11 @@ type cancelConfig struct{ drop bool }
 // as done, so a duplicate Send of one is not run either). Signals sent after
 // Cancel returned run as usual. The drop is applied by the owner that Cancel
 // reached: if that owner dies or loses the thread before it got to the end
-// of the queue, the next owner runs the rest.
+// of the queue, the next owner runs the rest. A request that reaches the
+// owner more than half the owner's dedupe window after Cancel made its
+// mark (by the two processes' clocks) drops nothing: by then Cancel has
+// long stopped waiting, and the done record that tells whether the mark
+// was read may have expired.
 func DropQueued() CancelOption { return func(c *cancelConfig) { c.drop = true } }
 
 // ThreadStatus is a thread's state as [Runtime.Status] reads it from the
@@ -239,7 +243,7 @@ func (c *Controller) Cancel(ctx context.Context, thread, reason string, opts ...
 		// queued when the cancel was sent lies before it. Its wake notice
 		// has a runtime read it when no tenure holds the thread, so that
 		// the inbox is drained and deleted rather than left behind.
-		mark := pubsub.Event{ID: "cancel-mark-" + uuid.NewString(), Type: dropMarkType}
+		mark := pubsub.Event{ID: newMarkID(time.Now()), Type: dropMarkType}
 		notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: mark.ID}}
 		if err := publishSignal(ctx, c.ps, thread, mark, notice); err != nil {
 			return CancelResult{}, fmt.Errorf("signals: cancel thread %q: drop mark: %w", thread, err)

@@ -321,13 +321,15 @@
 // called. DropQueued is applied by the owner Cancel reached: if it dies or
 // loses the thread before reaching the mark, the next owner runs the rest.
 // Without a lease provider Cancel reaches only runs of its own process. A
-// DropQueued request that reaches an owner after its mark was read by an
-// earlier tenure elsewhere and fell out of the done record (after
-// [DedupeEntries] newer signals or the dedupe window) starts a drop that no
-// mark ends: that tenure then drops every signal it reads (review 8 of
-// 2026-11-22 reproduced it with a request delayed 3s and a 1s window; the
-// fix, carrying the mark's position in the inbox with the request, is not
-// built).
+// DropQueued request may reach an owner after its mark was read by an
+// earlier tenure elsewhere: the done record keeps the newest 16 drop marks
+// apart from its [DedupeEntries] signals, so the owner finds the mark read
+// and drops nothing; a request older than half the owner's dedupe window
+// (the mark's ID carries when Cancel made it) drops nothing either, since
+// the record may have expired (TestDropRequestAfterMarkAgedOut). That rests
+// on the processes' clocks agreeing within half the dedupe window, and on
+// no more than 16 later Cancels with DropQueued of the thread reaching the
+// record first.
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,8 @@ import (
 // the first 128 bits of the SHA-256 of a signal ID in unpadded base64url (22
 // characters), so two different IDs share an entry only by a 128-bit hash
 // collision, which nobody can find in practice, crafted or not; the record
-// stays bounded at DedupeEntries × 23 bytes whatever the IDs' lengths.
+// stays bounded at DedupeEntries × 23 bytes (plus recordMarks × 24 for drop
+// marks, below) whatever the IDs' lengths.
 //
 // Records of the first format ("r1:", 48-bit FNV-1a hashes in 12 hex digits)
 // are still read: their entries are matched by FNV hash and carried into the
@@ -90,8 +92,26 @@ func recordBody(rec string) string {
 	return ""
 }
 
-// recordHas reports whether rec holds id: its 128-bit entry or, for an entry
-// carried over from an r1 record, its 48-bit FNV entry.
+// Drop marks (IDs starting with markPrefix, which Cancel with DropQueued
+// makes) are recorded as "m" and their hash, and are kept apart from the
+// DedupeEntries limit: the newest recordMarks of them stay in the record
+// however many signals ran since, for as long as the record lives. A
+// DropQueued request that reaches the owner late must find its mark there,
+// or it would start a drop that no mark ends. A process of an older
+// version ignores these entries (their length matches neither format) and
+// keeps them among the entries it carries.
+const (
+	markPrefix  = "cancel-mark-"
+	markTag     = 'm'
+	recordMarks = 16
+)
+
+// isMark reports whether a record entry is a drop mark's.
+func isMark(e string) bool { return len(e) == hashLen+1 && e[0] == markTag }
+
+// recordHas reports whether rec holds id: its 128-bit entry (or, for a drop
+// mark, that entry tagged "m") or, for an entry carried over from an r1
+// record, its 48-bit FNV entry.
 // It walks rec in place: a run checks it for every signal it is given.
 func recordHas(rec, id string) bool {
 	body := recordBody(rec)
@@ -103,6 +123,9 @@ func recordHas(rec, id string) bool {
 	for body != "" {
 		e, rest, _ := strings.Cut(body, ",")
 		body = rest
+		if isMark(e) {
+			e = e[1:]
+		}
 		switch len(e) {
 		case hashLen:
 			if !hashed {
@@ -125,7 +148,8 @@ func recordHas(rec, id string) bool {
 }
 
 // recordAdd returns rec with ids appended (those not in it yet), keeping the
-// newest DedupeEntries, in the r2 format.
+// newest DedupeEntries signal entries and the newest recordMarks drop mark
+// entries, in order, in the r2 format.
 func recordAdd(rec string, ids []string) string {
 	entries := recordEntries(rec)
 	seen := make(map[string]bool, len(entries))
@@ -136,13 +160,33 @@ func recordAdd(rec string, ids []string) string {
 		if recordHas(rec, id) {
 			continue
 		}
-		if h := idHash(id); !seen[h] {
+		h := idHash(id)
+		if strings.HasPrefix(id, markPrefix) {
+			h = string(markTag) + h
+		}
+		if !seen[h] {
 			seen[h] = true
 			entries = append(entries, h)
 		}
 	}
 	if len(entries) > DedupeEntries {
-		entries = entries[len(entries)-DedupeEntries:]
+		// Keep the newest of each kind, walking from the newest.
+		kept := make([]string, 0, DedupeEntries+recordMarks)
+		signals, marks := 0, 0
+		for i := len(entries) - 1; i >= 0; i-- {
+			e := entries[i]
+			switch {
+			case isMark(e) && marks < recordMarks:
+				marks++
+			case !isMark(e) && signals < DedupeEntries:
+				signals++
+			default:
+				continue
+			}
+			kept = append(kept, e)
+		}
+		slices.Reverse(kept)
+		entries = kept
 	}
 	next := recordPrefix + strings.Join(entries, ",")
 	if next == rec {

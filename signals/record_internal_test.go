@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRecordFormat(t *testing.T) {
@@ -141,5 +142,65 @@ func TestRecordHasMatchesEntries(t *testing.T) {
 	rec := recordAdd("", []string{"a", "b", "c"})
 	if n := testing.AllocsPerRun(100, func() { recordHas(rec, "d") }); n != 0 {
 		t.Errorf("recordHas allocates %v times per call", n)
+	}
+}
+
+// TestRecordKeepsDropMarks: the newest recordMarks drop marks stay in the
+// record however many signals ran after them (a late DropQueued request
+// must find its mark), marks beyond that age out, signals keep their
+// DedupeEntries limit, and the record stays bounded.
+func TestRecordKeepsDropMarks(t *testing.T) {
+	now := time.Now()
+	var marks []string
+	rec := ""
+	for i := range recordMarks + 4 {
+		m := newMarkID(now)
+		marks = append(marks, m)
+		rec = recordAdd(rec, []string{m, "s" + strconv.Itoa(i)})
+	}
+	var sigs []string
+	for i := range 3 * DedupeEntries {
+		sigs = append(sigs, "n"+strconv.Itoa(i))
+	}
+	rec = recordAdd(rec, sigs)
+	for i, m := range marks {
+		if want := i >= 4; recordHas(rec, m) != want {
+			t.Errorf("mark %d of %d: recordHas = %v, want %v", i, len(marks), !want, want)
+		}
+	}
+	if !recordHas(rec, sigs[len(sigs)-1]) || recordHas(rec, sigs[len(sigs)-DedupeEntries-1]) || recordHas(rec, "s0") {
+		t.Error("signal entries do not keep the newest DedupeEntries")
+	}
+	if n := len(recordEntries(rec)); n != DedupeEntries+recordMarks {
+		t.Errorf("%d entries, want %d", n, DedupeEntries+recordMarks)
+	}
+	if max := len(recordPrefix) + DedupeEntries*(hashLen+1) + recordMarks*(hashLen+2); len(rec) > max {
+		t.Errorf("record of %d bytes, want at most %d", len(rec), max)
+	}
+	// A mark's entry carries its tag.
+	if e := recordEntries(recordAdd("", []string{marks[0]})); len(e) != 1 || !isMark(e[0]) {
+		t.Errorf("a mark is recorded as %q, want one entry tagged %q", e, string(markTag))
+	}
+}
+
+func TestMarkTooOld(t *testing.T) {
+	now := time.Now()
+	window := time.Hour
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{newMarkID(now), false},
+		{newMarkID(now.Add(-window/2 + time.Second)), false},
+		{newMarkID(now.Add(-window/2 - time.Second)), true},
+		{newMarkID(now.Add(time.Minute)), false},                     // its maker's clock is ahead
+		{markPrefix + "12345678-aaaa-bbbb-cccc-dddddddddddd", false}, // an older version's mark
+		{markPrefix + "tnotanumber-x", false},
+		{markPrefix + "t123", false},
+		{"user-id", false},
+	} {
+		if got := markTooOld(tc.id, now, window); got != tc.want {
+			t.Errorf("markTooOld(%q) = %v, want %v", tc.id, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/lease"
 )
@@ -81,9 +86,11 @@ func (s *session) requestCancel(cause error, drop string, reply func(cancelAnswe
 		s.mu.Unlock()
 		reply(cancelAnswer{outcome: outcomeGone})
 		return
-	case drop != "" && !s.ranHere(drop):
+	case drop != "" && !s.ranHere(drop) && !markTooOld(drop, time.Now(), s.rt.cfg.dedup):
 		// A mark already read (by this tenure, or recorded by an earlier
 		// one) ends no drop any more: everything before it was handled.
+		// So does one older than half the dedupe window: the record that
+		// kept it may have expired (markTooOld).
 		if c.drops == nil {
 			c.drops = make(map[string]bool)
 		}
@@ -194,4 +201,36 @@ func (s *session) dropped(d delivery) bool {
 	s.complete(held, []delivery{d})
 	s.rt.emit(Event{Kind: SignalSkipped, Thread: s.thread, RunID: runID, Owner: held.Owner(), Signals: []Signal{toSignal(d.ev)}})
 	return true
+}
+
+// newMarkID returns a new drop mark ID: markPrefix, "t" and the time the
+// mark is made in Unix milliseconds, "-" and a random UUID. (Older versions
+// made markPrefix and a UUID, which never starts with "t".)
+func newMarkID(now time.Time) string {
+	return markPrefix + "t" + strconv.FormatInt(now.UnixMilli(), 10) + "-" + uuid.NewString()
+}
+
+// markTooOld reports whether the drop mark id was made more than half of
+// window (the dedupe window) before now, by the clocks of the process that
+// made it and of this one. The done record that holds a mark once it is read
+// lives at least window after the mark was made: a request younger than
+// half of it finds its mark there when the mark was read, with up to half
+// the window of clock skew. An older request starts no drop (Cancel stopped
+// waiting for it long ago: its default wait is DefaultControlTimeout), so
+// that a drop is never started for a mark that can no longer be told read.
+// A mark ID without a time (made by an older version) is never too old.
+func markTooOld(id string, now time.Time, window time.Duration) bool {
+	rest, ok := strings.CutPrefix(id, markPrefix+"t")
+	if !ok {
+		return false
+	}
+	ms, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return false
+	}
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return false
+	}
+	return now.Sub(time.UnixMilli(at)) > window/2
 }

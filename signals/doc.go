@@ -327,9 +327,11 @@
 // and drops nothing; a request older than half the owner's dedupe window
 // (the mark's ID carries when Cancel made it) drops nothing either, since
 // the record may have expired (TestDropRequestAfterMarkAgedOut). That rests
-// on the processes' clocks agreeing within half the dedupe window, and on
-// no more than 16 later Cancels with DropQueued of the thread reaching the
-// record first.
+// on the processes' clocks agreeing within half the dedupe window, on
+// every process of the thread using the same dedupe window (the owner
+// judges by its own), and on no more than 16 later Cancels with
+// DropQueued of the thread reaching the record first; past those, such a
+// request drops what its tenure reads until the tenure ends.
 //
 // The done record keeps [DedupeEntries] IDs per thread: a duplicate sent after
 // that many newer signals ran, or after the dedupe window, runs again. A

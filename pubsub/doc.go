@@ -24,6 +24,9 @@
 //   - Dead letters: with [MaxDeliveries](n), an event that failed n attempts is
 //     published to the topic "<topic>.dead" (see [DeadLetterTopic]) and acked on
 //     the original topic. It is never dropped silently.
+//   - Copies: each delivery (each attempt, to each subscription) gets its own
+//     copy of the event: a handler may change its Data and Metadata without
+//     another delivery seeing it.
 //   - Order: with Concurrency(1) (the default), one subscription sees a topic's
 //     events in publish order; a redelivery may break order only for the
 //     redelivered event.

@@ -42,7 +42,9 @@ type Event struct {
 
 // Handler processes one delivery. Returning nil acks the event; returning an
 // error nacks it, and so does a panic, which the backend recovers. The ctx is
-// cancelled when the subscription is unsubscribed or the backend closes.
+// cancelled when the subscription is unsubscribed or the backend closes. e is
+// the delivery's own copy: the handler may change e.Data and e.Metadata, and
+// no other delivery (a redelivery, another subscription) sees the change.
 type Handler func(ctx context.Context, e Event) error
 
 // Publisher publishes events. Implementations are safe for concurrent use.

@@ -417,10 +417,15 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 // handle delivers one entry under the subscription's policy, redelivering
 // it locally after each failed attempt (the policy dead-letters it after
 // MaxDeliveries attempts). An unsubscribed subscription drops it.
+//
+// Each attempt gets its own copy of the event: m.ev is shared with the
+// other fan-out subscriptions that got the entry from the same read, and a
+// handler may change its event's Data and Metadata.
 func (f *fanSub) handle(m fanMsg) {
 	for attempt := 1; ; attempt++ {
-		m.ev.DeliveryAttempt = attempt
-		if f.p.Handle(f.ctx, m.ev) == nil || f.ctx.Err() != nil {
+		e := cloneEvent(m.ev)
+		e.DeliveryAttempt = attempt
+		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil {
 			return
 		}
 		if backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt)) != nil {
@@ -641,7 +646,6 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 				ev      pubsub.Event
 				decoded bool
 				bad     bool
-				first   = true
 			)
 			for i, sub := range st.subs {
 				if !ok[i] || compareStreamIDs(msg.ID, sub.cursor) <= 0 {
@@ -660,17 +664,12 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 					sub.cursor = msg.ID
 					continue
 				}
-				e := ev
-				if !first {
-					e = cloneEvent(ev)
-				}
 				sub.full.Store(true)
 				sub.busy.Add(1)
 				select {
-				case sub.ch <- fanMsg{id: msg.ID, ev: e}:
+				case sub.ch <- fanMsg{id: msg.ID, ev: ev}: // shared: handle copies it
 					sub.full.Store(false)
 					sub.cursor = msg.ID
-					first = false
 				default: // stays full until its workers drain it
 					sub.busy.Add(-1)
 					ok[i] = false

@@ -967,3 +967,73 @@ func (s *suite) claimPendingTakesOverInOrder(t *testing.T) {
 	t.Run("MemberRunning", func(t *testing.T) { run(t, false) })
 	t.Run("MemberGone", func(t *testing.T) { run(t, true) })
 }
+
+// Each delivery gets its own copy of the event: two subscriptions (two
+// groups) on one topic, whose handlers change their event's Data and
+// Metadata and nack the first attempt, each see every attempt as published.
+func (s *suite) handlerOwnsItsCopy(t *testing.T) {
+	run := func(t *testing.T, opts ...pubsub.SubscribeOption) {
+		ps := s.backend(t)
+		topic := topicFor(t)
+		const n = 50
+		var (
+			mu     sync.Mutex
+			dirty  []string
+			done   = map[string]int{}
+			all    = make(chan struct{})
+			closed bool
+		)
+		h := func(member string) pubsub.Handler {
+			return func(_ context.Context, e pubsub.Event) error {
+				clean := len(e.Metadata) == 1 && e.Metadata["k"] == "v" && string(e.Data) == `{"x":1}`
+				// Scribble on this copy.
+				if e.Metadata != nil {
+					e.Metadata["k"] = member
+					e.Metadata[member] = "x"
+				}
+				if len(e.Data) > 0 {
+					e.Data[0] = 'X'
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !clean {
+					dirty = append(dirty, fmt.Sprintf("%s got %s attempt %d with Metadata %v, Data %s", member, e.ID, e.DeliveryAttempt, e.Metadata, e.Data))
+				}
+				if e.DeliveryAttempt == 1 {
+					return fmt.Errorf("attempt 1 fails")
+				}
+				done[member]++
+				if !closed && done["a"] >= n && done["b"] >= n {
+					closed = true
+					close(all)
+				}
+				return nil
+			}
+		}
+		fast := pubsub.RedeliveryDelay(time.Millisecond)
+		if len(opts) > 0 { // groups: one member each
+			s.subscribe(t, ps, topic, h("a"), fast, pubsub.Group("ga"))
+			s.subscribe(t, ps, topic, h("b"), fast, pubsub.Group("gb"))
+		} else {
+			s.subscribe(t, ps, topic, h("a"), fast)
+			s.subscribe(t, ps, topic, h("b"), fast)
+		}
+		for i := range n {
+			s.publish(t, ps, topic, pubsub.Event{ID: fmt.Sprint("e", i), Type: "t",
+				Data: json.RawMessage(`{"x":1}`), Metadata: map[string]string{"k": "v"}})
+		}
+		select {
+		case <-all:
+		case <-time.After(s.c.Timeout):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("within %v: a handled %d, b %d of %d events", s.c.Timeout, done["a"], done["b"], n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dirty) > 0 {
+			t.Fatalf("%d deliveries carried another delivery's changes, first: %s", len(dirty), dirty[0])
+		}
+	}
+	s.bothKinds(t, "Groups", run)
+}

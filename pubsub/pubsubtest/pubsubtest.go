@@ -102,6 +102,7 @@ func Run(t *testing.T, c Config) {
 		{"GroupsIndependent", groups, s.groupsIndependent},
 		{"GroupKeepsCheckpoint", groupsPersistent, s.groupKeepsCheckpoint},
 		{"NackRedelivers", none, s.nackRedelivers},
+		{"HandlerOwnsItsCopy", none, s.handlerOwnsItsCopy},
 		{"PanicRedelivers", none, s.panicRedelivers},
 		{"AckDeadlineRedeliversFromDeadMember", deadline, s.ackDeadlineRedelivers},
 		{"ClaimPendingTakesOverInOrder", groups, s.claimPendingTakesOverInOrder},

@@ -939,6 +939,11 @@ func (g *groupSub) setBell(last *redis.XMessageSliceCmd, res []redis.XStream) {
 	}
 	r := g.s.readerFor(g.key)
 	r.mu.Lock()
+	for r.retired { // its last user left meanwhile (so the bell is not on it): a new reader
+		r.mu.Unlock()
+		r = g.s.readerFor(g.key)
+		r.mu.Lock()
+	}
 	fresh := g.bellOn == nil
 	if fresh {
 		st := r.streams[g.key]
@@ -974,7 +979,11 @@ func (g *groupSub) dropBell() {
 			delete(r.streams, g.key)
 		}
 	}
+	idle := len(r.streams) == 0
 	r.mu.Unlock()
+	if idle {
+		g.s.retireIfIdle(r)
+	}
 }
 
 // ring makes the read loop read again (the shared reader saw a new entry).

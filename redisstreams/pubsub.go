@@ -465,7 +465,9 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // pending list is created. All fan-out subscriptions of a Backend on a
 // standalone or Sentinel client share one blocking connection (on Cluster,
 // one per hash slot; on other clients, such as a Ring, one per topic, polling
-// every 100ms at most); a new subscription wakes it with CLIENT UNBLOCK. A
+// every 100ms at most; each such reader, and its goroutines, stops once its
+// last subscription or group bell left: TestReadersRetireWithTheirLastSubscription);
+// a new subscription wakes it with CLIENT UNBLOCK. A
 // failing fan-out delivery is retried locally after pubsub.RedeliveryDelay
 // and, after MaxDeliveries attempts, published to the dead-letter topic
 // (pubsub.Policy).

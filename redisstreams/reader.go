@@ -189,11 +189,18 @@ func (bl *blocker) unblock(done <-chan struct{}) {
 // and rings the bells behind the newest entry of each stream (the group
 // subscription then reads with XREADGROUP itself).
 type fanReader struct {
-	s  *streamBus
-	bl *blocker
+	s     *streamBus
+	bl    *blocker
+	group string        // its key in streamBus.readers (readerGroup)
+	quit  chan struct{} // closed when it is retired
+	done  chan struct{} // closed when its loop returned (never, for one made while closing)
 
 	mu      sync.Mutex
 	streams map[string]*fanStream
+	// retired (guarded by mu) is set once the reader served no stream any
+	// more and was taken out of streamBus.readers (retireIfIdle): nothing
+	// may be added to it, and its goroutines end.
+	retired bool
 	idle    chan struct{} // kicks passed on by the waker
 	// readSeq numbers the XREADs as they start; doneSeq is the last one
 	// over, its entries handed over (guarded by mu).
@@ -253,6 +260,10 @@ type fanSub struct {
 // subscription's channel was found full during a dispatch.
 var testChannelFull atomic.Pointer[func()]
 
+// testReaderFound, when set by a test, runs in Subscribe (fan-out) between
+// finding the shared reader and attaching to it.
+var testReaderFound atomic.Pointer[func()]
+
 type fanMsg struct {
 	id string
 	ev pubsub.Event
@@ -270,6 +281,9 @@ func (s *streamBus) readerFor(key string) *fanReader {
 	r := &fanReader{
 		s:       s,
 		bl:      newBlocker(s.b, node),
+		group:   group,
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
 		streams: make(map[string]*fanStream),
 		idle:    make(chan struct{}, 1),
 	}
@@ -279,16 +293,15 @@ func (s *streamBus) readerFor(key string) *fanReader {
 		return r
 	}
 	s.readers[group] = r
-	done := make(chan struct{})
 	s.bg.Add(2)
 	go func() {
 		defer s.bg.Done()
-		defer close(done)
+		defer close(r.done)
 		r.loop()
 	}()
 	go func() {
 		defer s.bg.Done()
-		r.bl.waker(r.idle, done)
+		r.bl.waker(r.idle, r.done)
 	}()
 	return r
 }
@@ -321,8 +334,16 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 	}
 	sub.key = key
 	r := s.readerFor(key)
-	sub.r = r
+	if hook := testReaderFound.Load(); hook != nil {
+		(*hook)()
+	}
 	r.mu.Lock()
+	for r.retired { // its last subscription left meanwhile: a new reader
+		r.mu.Unlock()
+		r = s.readerFor(key)
+		r.mu.Lock()
+	}
+	sub.r = r
 	st := r.streams[key]
 	if st == nil {
 		st = &fanStream{key: key, topic: topic}
@@ -356,7 +377,11 @@ func (f *fanSub) shutdown(ctx context.Context) error {
 		if len(st.subs) == 0 && len(st.bells) == 0 {
 			delete(r.streams, st.key)
 		}
+		idle := len(r.streams) == 0
 		r.mu.Unlock()
+		if idle {
+			f.s.retireIfIdle(r)
+		}
 		f.cancel()
 		go func() {
 			f.wg.Wait()
@@ -434,7 +459,28 @@ func (f *fanSub) handle(m fanMsg) {
 	}
 }
 
-// loop is the reader goroutine; it returns when the bus closes.
+// retireIfIdle stops the reader r and forgets it when it serves no stream
+// any more (its last subscription or bell left), so that a Backend keeps
+// no reader, and no goroutine, for the hash slots (Cluster) or tags (other
+// clients) it no longer reads. A later subscription starts a new one.
+func (s *streamBus) retireIfIdle(r *fanReader) {
+	s.mu.Lock()
+	r.mu.Lock()
+	idle := len(r.streams) == 0 && !r.retired && s.readers[r.group] == r
+	if idle {
+		r.retired = true
+		delete(s.readers, r.group)
+	}
+	r.mu.Unlock()
+	s.mu.Unlock()
+	if idle {
+		close(r.quit)
+		r.bl.wake() // out of a read it may still be blocked in
+	}
+}
+
+// loop is the reader goroutine; it returns when the bus closes or the
+// reader is retired.
 func (r *fanReader) loop() {
 	defer r.bl.reset()
 	ctx := r.s.ctx
@@ -447,6 +493,8 @@ func (r *fanReader) loop() {
 			r.bl.reset() // hold no connection while idle
 			select {
 			case <-ctx.Done():
+			case <-r.quit:
+				return
 			case <-r.idle:
 			}
 			continue

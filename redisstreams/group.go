@@ -1,6 +1,7 @@
 package redisstreams
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -1559,15 +1560,56 @@ func (g *groupSub) refreshQueued() {
 // It reports whether it claimed a full batch (there may be more).
 // With wait it waits for a free token first.
 func (g *groupSub) reclaim(wait bool) (more bool) {
-	n := 0
-	if wait {
+	ctx := g.ctx
+	// The group's other members that stopped reading (dead ones,
+	// typically) and hold entries.
+	silent := g.silentConsumers(ctx)
+	n := g.takeFreeTokens(0)
+	if n == 0 && (wait || len(silent) > 0) {
+		// No handler slot free. Wait for one when asked to, or when a
+		// silent member holds entries: under a steady load every slot may
+		// be busy at every tick, and a dead member's entries (a dead
+		// owner's wake notice) must not wait for the load to end.
+		t := time.NewTimer(g.reclaimInterval())
 		select {
 		case <-g.tokens:
-			n++
-		case <-g.ctx.Done():
-			return false
+			n = g.takeFreeTokens(1)
+		case <-t.C:
+		case <-ctx.Done():
 		}
+		t.Stop()
 	}
+	if n == 0 {
+		return false
+	}
+	used := 0
+	defer func() { g.putTokens(n - used) }()
+	// First the silent members' entries: oldest first over the whole
+	// group they may lie behind any number of entries that live members
+	// hold idle (their handlers' running or waiting entries), which the
+	// scan below could not get past.
+	dead, full := g.reclaimFromSilent(ctx, silent, n)
+	used += dead
+	if full || used >= n {
+		return true // a full batch: there may be more
+	}
+	rest := n - used
+	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Idle: g.cfg.AckDeadline,
+		Start: "-", End: "+", Count: int64(rest),
+	}).Result()
+	if err != nil || len(pend) == 0 {
+		return false
+	}
+	u, _ := g.claimQueue(ctx, pend, g.cfg.AckDeadline)
+	used += u
+	return len(pend) == rest && u > 0
+}
+
+// takeFreeTokens returns have plus the tokens it took without waiting, up
+// to BatchSize in all.
+func (g *groupSub) takeFreeTokens(have int) int {
+	n := have
 	for n < g.s.b.opts.BatchSize {
 		select {
 		case <-g.tokens:
@@ -1577,21 +1619,50 @@ func (g *groupSub) reclaim(wait bool) (more bool) {
 		}
 		break
 	}
-	if n == 0 {
-		return false
+	return n
+}
+
+// silentConsumers returns the group's other consumers that hold entries
+// and have not read for AckDeadline (XINFO CONSUMERS idle), the longest
+// silent first: members that died holding entries, typically.
+func (g *groupSub) silentConsumers(ctx context.Context) []redis.XInfoConsumer {
+	cs, err := g.s.b.client.XInfoConsumers(ctx, g.key, g.group).Result()
+	if err != nil {
+		return nil
 	}
-	used := 0
-	defer func() { g.putTokens(n - used) }()
-	ctx := g.ctx
-	pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Idle: g.cfg.AckDeadline,
-		Start: "-", End: "+", Count: int64(n),
-	}).Result()
-	if err != nil || len(pend) == 0 {
-		return false
+	silent := cs[:0]
+	for _, c := range cs {
+		if c.Name != g.consumer && c.Pending > 0 && c.Idle >= g.cfg.AckDeadline {
+			silent = append(silent, c)
+		}
 	}
-	used, _ = g.claimQueue(ctx, pend, g.cfg.AckDeadline)
-	return len(pend) == n && used > 0
+	slices.SortFunc(silent, func(a, b redis.XInfoConsumer) int { return cmp.Compare(b.Idle, a.Idle) })
+	return silent
+}
+
+// reclaimFromSilent claims, up to n entries, the entries pending longer than
+// AckDeadline on the silent consumers, in order. It reports how many it
+// claimed, and whether a consumer had more than that (a full batch).
+func (g *groupSub) reclaimFromSilent(ctx context.Context, silent []redis.XInfoConsumer, n int) (used int, full bool) {
+	for _, c := range silent {
+		if used >= n {
+			return used, true
+		}
+		want := n - used
+		pend, err := g.s.b.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: g.key, Group: g.group, Idle: g.cfg.AckDeadline,
+			Start: "-", End: "+", Count: int64(want), Consumer: c.Name,
+		}).Result()
+		if err != nil || len(pend) == 0 {
+			continue
+		}
+		u, _ := g.claimQueue(ctx, pend, g.cfg.AckDeadline)
+		used += u
+		if len(pend) == want && u > 0 {
+			return used, true
+		}
+	}
+	return used, false
 }
 
 // acker writes acks in batches: one goroutine takes every queued ack and

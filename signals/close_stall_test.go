@@ -13,11 +13,12 @@ import (
 
 // TestCloseOnStalledServerAfterLostLeases: tenures lose their leases while
 // the server is stalled (SIGSTOP, not resumed); Close(ctx 1s) "cancels the
-// runs' contexts, waits for them to return and returns ctx.Err()". Its
-// unsubscribes wait for go-redis's timeouts (about 14s here, as before the
-// drained-inbox retries came); found by review 8 of 2026-11-22: those retries
-// (tidyLater) added up to two lease TTLs (28.8s), because their calls did not
-// end when Close's ctx did. The bound is the default TTL (15s).
+// runs' contexts, waits for them to return and returns ctx.Err()". Found by
+// review 8 of 2026-11-22: the drained-inbox retries (tidyLater) added up to
+// two lease TTLs (28.8s), because their calls did not end when Close's ctx
+// did; its unsubscribes then still waited for go-redis's timeouts (about
+// 14s) until review 21's fix bounded every teardown step by Close's ctx
+// (1.0s since). The bound is 5s.
 func TestCloseOnStalledServerAfterLostLeases(t *testing.T) {
 	srv, _ := startRedis(t)
 	ctx := context.Background()
@@ -53,7 +54,63 @@ func TestCloseOnStalledServerAfterLostLeases(t *testing.T) {
 	err = rt.Close(cctx)
 	d := time.Since(start)
 	t.Logf("Close = %v after %v", err, d)
-	if d > 15*time.Second {
-		t.Fatalf("Close(ctx 1s) on a stalled server took %v", d)
+	if d > 5*time.Second {
+		t.Fatalf("Close(ctx 1s) on a stalled server took %v, want at most 5s", d)
+	}
+}
+
+// TestCloseOnStalledServerLiveRuns: Close(ctx 1s) on a stalled server
+// (SIGSTOP: a black hole) while 20 threads have live leases, runs in
+// progress and 2 signals queued each: the runs return as their ctx is
+// cancelled, and Close must return soon after, not after each teardown step
+// (work-group hand-back, inbox deletions, releases, the hand-back of held
+// notices) waited out its own timeout. Found by review 21 (helper 31):
+// 56.1-56.2s in 3 of 3 runs; 1.0s now. The bound is 5s.
+func TestCloseOnStalledServerLiveRuns(t *testing.T) {
+	srv, _ := startRedis(t)
+	ctx := context.Background()
+	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "cl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var started, returned atomic.Int64
+	agent := func(ctx context.Context, run *signals.Run) error {
+		started.Add(1)
+		defer returned.Add(1)
+		<-ctx.Done() // a long run: it ends when its ctx does
+		return ctx.Err()
+	}
+	rt, err := signals.New(b, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, queued = 20, 2
+	for i := range n {
+		for j := range queued + 1 {
+			if _, err := rt.Send(ctx, fmt.Sprint("t", i), signals.Signal{ID: fmt.Sprintf("t%d-%d", i, j), Type: "msg"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); started.Load() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d runs started within 30s", started.Load(), n)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the queued signals' notices are received and held
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	err = rt.Close(cctx)
+	d := time.Since(start)
+	t.Logf("Close = %v after %v; %d of %d runs returned", err, d.Round(time.Millisecond), returned.Load(), n)
+	if returned.Load() != n {
+		t.Fatalf("Close returned with %d of %d runs still running", n-returned.Load(), n)
+	}
+	if d > 5*time.Second {
+		t.Fatalf("Close(ctx 1s) on a stalled server took %v, want at most 5s", d.Round(time.Millisecond))
 	}
 }

@@ -483,7 +483,11 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 		metaTo: req[metaFrom], metaReq: req[metaReq], metaThread: req[metaThread],
 		metaOutcome: outcome, metaRun: a.runID, metaToken: fmt.Sprint(a.token),
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultControlTimeout)
+	parent := context.Background()
+	if c.rt != nil {
+		parent = c.rt.hardCtx // Close waits for answers: not past its ctx
+	}
+	ctx, cancel := context.WithTimeout(parent, DefaultControlTimeout)
 	defer cancel()
 	if err := c.ps.Publish(ctx, ControlTopic, ev); err != nil && c.rt != nil {
 		c.rt.log.Warn("signals: answering a cancel request failed", "thread", req[metaThread], "err", err)

@@ -550,6 +550,15 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 	return err
 }
 
+// teardownCtx bounds a step of a tenure or of Close that no caller's ctx
+// bounds (a release, an inbox deletion, a hand-back, the done record's
+// first read): by the lease TTL, and by Close giving up (hardCtx), so that
+// Close(ctx) on a server that stopped answering returns soon after ctx
+// ends (TestCloseOnStalledServerLiveRuns).
+func (rt *Runtime) teardownCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
+}
+
 // handBackNotices runs as Close ends, after the tenures released their
 // threads: it publishes a copy of every wake notice this process received
 // and did not ack (those it nacked and the backend holds for their
@@ -564,7 +573,7 @@ func (rt *Runtime) handBackNotices() error {
 	rt.seen = nil
 	rt.seenMu.Unlock()
 	var errs []error
-	ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+	ctx, cancel := rt.teardownCtx()
 	defer cancel()
 	for _, n := range held {
 		cp := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: n.thread, metaSignal: n.signal}}
@@ -845,7 +854,12 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // Close stops taking signals (Send returns ErrClosed), stops taking wake
 // notices, lets running runs finish and hands their leases back. When ctx
 // ends first it cancels the runs' contexts, waits for them to return and
-// returns ctx.Err(). It does not close the pubsub. It is idempotent and safe
+// returns ctx.Err(); from then on it waits for no server call either (on a
+// server that stopped answering it returns about when ctx ends:
+// TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
+// leave: leases not released expire after their TTL, wake notices not
+// handed back come back after their ack deadline, and an inbox not deleted
+// is deleted by its thread's next tenure. It does not close the pubsub. It is idempotent and safe
 // to call concurrently; every call waits for the shutdown to complete.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.closeOnce.Do(func() {
@@ -855,12 +869,16 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.mu.Unlock()
 		go func() {
 			defer close(rt.closedCh)
-			uerr := rt.workSub.Unsubscribe(context.Background())
-			if errors.Is(uerr, pubsub.ErrClosed) {
+			// Every step below is bounded by hardCtx too: once Close's
+			// ctx ended, none waits for a server that stopped answering
+			// (leases then expire, held notices come back after their ack
+			// deadline, inboxes are deleted by a later tenure).
+			uerr := rt.workSub.Unsubscribe(rt.hardCtx)
+			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) {
 				uerr = nil
 			}
-			werr := rt.watchSub.Unsubscribe(context.Background())
-			if errors.Is(werr, pubsub.ErrClosed) {
+			werr := rt.watchSub.Unsubscribe(rt.hardCtx)
+			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) {
 				werr = nil
 			}
 			uerr = errors.Join(uerr, werr)

@@ -383,7 +383,7 @@ func (s *session) loop() {
 				// A revoked lease stays with this owner until it stops:
 				// it has (the runs are over), so free the thread now
 				// rather than at its expiry.
-				ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+				ctx, cancel := rt.teardownCtx()
 				if err := held.Release(ctx); err != nil {
 					rt.log.Warn("signals: release of a revoked lease failed", "thread", s.thread, "owner", owner, "err", err)
 				}
@@ -393,7 +393,7 @@ func (s *session) loop() {
 			if h := rt.cfg.hooks.beforeRelease; h != nil {
 				h(s.thread)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+			ctx, cancel := rt.teardownCtx()
 			if err := held.Release(ctx); err != nil {
 				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
 			} else {
@@ -441,7 +441,7 @@ func (s *session) loop() {
 		// Stop deliveries before the lease is released (deferred above, runs
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
-		_ = sub.Unsubscribe(context.Background())
+		_ = sub.Unsubscribe(rt.hardCtx)
 		if lost || !s.dropDrainedInbox() {
 			// Later, once the server answers: no notice may ever bring
 			// a tenure back to an idle thread's inbox.
@@ -449,7 +449,7 @@ func (s *session) loop() {
 		}
 	}()
 	if rt.leases {
-		ctx, cancel := context.WithTimeout(context.Background(), rt.cfg.ttl)
+		ctx, cancel := rt.teardownCtx()
 		rec, err := rt.lp.GetLeaseOwner(ctx, recordKey(s.thread))
 		cancel()
 		if err == nil {
@@ -624,7 +624,7 @@ func (s *session) dropDrainedInbox() bool {
 	if dd == nil {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.rt.cfg.ttl)
+	ctx, cancel := s.rt.teardownCtx()
 	defer cancel()
 	// (Not Flush: it waits for every local delivery, notice handlers
 	// waiting on this tenure included. An ack not yet written keeps the

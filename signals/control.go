@@ -52,7 +52,8 @@ var (
 
 	// ErrUnreachable is wrapped by the error of a Cancel whose owner did not
 	// answer in time: the process holding the thread is dead, paused,
-	// partitioned or overloaded. The cancel may or may not have reached it.
+	// partitioned or overloaded, or the lease provider that names it did
+	// not answer. The cancel may or may not have reached it.
 	ErrUnreachable = errors.New("signals: thread owner unreachable")
 )
 
@@ -255,7 +256,8 @@ func (c *Controller) Cancel(ctx context.Context, thread, reason string, opts ...
 	for {
 		owner, err := c.owner(ctx, thread)
 		if err != nil {
-			return CancelResult{}, fmt.Errorf("signals: cancel thread %q: read its owner: %w", thread, err)
+			// The shared state did not answer: the owner cannot be asked.
+			return CancelResult{}, fmt.Errorf("%w: cancel thread %q: read its owner: %w", ErrUnreachable, thread, err)
 		}
 		res := CancelResult{Thread: thread, Owner: owner}
 		if owner == "" || owner == prev {

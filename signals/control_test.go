@@ -251,6 +251,35 @@ func TestCancelUnreachableOwner(t *testing.T) {
 	}
 }
 
+// TestCancelOnStalledServer: Cancel whose lease read gets no answer (the
+// server is SIGSTOPped: a black hole) fails with an error wrapping
+// ErrUnreachable, as one whose owner does not answer does (review 21 found
+// it was a bare i/o timeout).
+func TestCancelOnStalledServer(t *testing.T) {
+	srv, _ := startRedis(t)
+	release := make(chan struct{})
+	rt, _ := urlRuntime(t, srv.URL(), "", "A", func(ctx context.Context, _ *signals.Run) error {
+		select {
+		case <-ctx.Done():
+		case <-release:
+		}
+		return nil
+	}, nil)
+	t.Cleanup(func() { close(release) }) // before the runtime's Close
+	if _, err := rt.Send(context.Background(), "t", sig("s1")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res, err := rt.Cancel(ctx, "t", "stop")
+	if !errors.Is(err, signals.ErrUnreachable) || res.Cancelled {
+		t.Fatalf("Cancel on a stalled server = %+v, %v; want an error wrapping ErrUnreachable", res, err)
+	}
+	srv.Resume(t)
+}
+
 func TestCancelInvalidAndClosed(t *testing.T) {
 	b := newBackend(t)
 	rt, err := signals.New(b, func(context.Context, *signals.Run) error { return nil })

@@ -632,7 +632,7 @@ func (s *session) dropDrainedInbox() bool {
 	// before its Unsubscribe returns.)
 	gone, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(s.thread), InboxGroup)
 	if err != nil {
-		s.rt.log.Warn("signals: deleting a drained inbox failed; trying again later", "thread", s.thread, "err", err)
+		s.rt.log.Warn("signals: deleting the inbox if drained failed; trying again later", "thread", s.thread, "err", err)
 		return false
 	}
 	if !gone && s.rt.br != nil {

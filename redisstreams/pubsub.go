@@ -472,6 +472,19 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // and, after MaxDeliveries attempts, published to the dead-letter topic
 // (pubsub.Policy).
 //
+// So on Cluster (and on a Ring) the blocking reads are not bounded per
+// node: each hash slot (each topic on a Ring) with a fan-out subscription
+// or a plain group subscription holds one of the client's pooled
+// connections. With go-redis's default pool (10 per GOMAXPROCS per node)
+// and more such slots than that per node, reads and other commands wait
+// for the pool and fail with "connection pool timeout" (200 group
+// subscriptions on 200 topics of a 3-master Cluster, default
+// ClusterClient: thousands of such failures, 2026-11-23). Size
+// ClusterOptions.PoolSize above the number of slots your subscriptions
+// use per node, or subscribe with pubsub.ReadOnDemand, which holds no
+// reader. The signals runtime subscribes this way only to its work and
+// control topics (two slots).
+//
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
 // existing group keeps its position), named Options.Consumer plus a random

@@ -481,9 +481,9 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // subscriptions on 200 topics of a 3-master Cluster, default
 // ClusterClient: thousands of such failures, 2026-11-23). Size
 // ClusterOptions.PoolSize above the number of slots your subscriptions
-// use per node, or subscribe with pubsub.ReadOnDemand, which holds no
-// reader. The signals runtime subscribes this way only to its work and
-// control topics (two slots).
+// use per node; a group subscription with pubsub.ReadOnDemand holds no
+// reader (it reads when kicked, see below). The signals runtime holds
+// readers only for its work and control topics (two slots).
 //
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an

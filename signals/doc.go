@@ -40,12 +40,13 @@
 //     99th percentile was 12-41ms with the 3 runtimes in one process (the
 //     garbage collector's cycles cause most of it; 2026-11-23) and 14-18ms
 //     with each in its own process (2026-11-22); 3 runtimes × 1,000 threads
-//     on those 2 cores ran 4,700-8,700 signals/s on 2026-11-23 (one build
-//     spanned most of that range within an hour: the figure follows the
-//     shared machine's load), 1.3-2.2× the build before the redesign in
-//     the same run. The process spends about 115-220µs of CPU per signal
-//     and redis-server 80-145µs. BENCHMARKS.md has the commands and
-//     figures ("Sixth pass").
+//     on those 2 cores ran 4,700-12,700 signals/s on 2026-11-23 (one build
+//     spanned most of that range within hours: the figure follows the
+//     shared machine's load), 1.04-2.2× the build before the redesign in
+//     the same run (1.04-1.21× on the quiet machine, where that build
+//     seldom fell into its slow mode). The process spends about 77-220µs of
+//     CPU per signal and redis-server 59-145µs. BENCHMARKS.md has the
+//     commands and figures ("Sixth pass", "Seventh pass").
 //   - A thread stays with the process that ran it for the linger time after
 //     a run (DefaultLinger, 2s): follow-ups sent meanwhile reuse the tenure.
 //     Shorten it with WithLinger when threads should move sooner.

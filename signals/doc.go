@@ -235,7 +235,9 @@
 //     had taken and drains the inbox. Proved by the owner-killed test and,
 //     under load, by TestProcTakeoverBehindBacklog (500 signals queued
 //     behind 30s runs on 20 threads of another process: taken over 2.2s
-//     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s).
+//     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s); while sends
+//     keep streaming to busy threads, up to a second more
+//     (TestProcTakeoverUnderSendStream, see "Takeover" above).
 //  6. Fail-closed: the run ctx is the thread lease's lease.Held context: it
 //     is cancelled as soon as renewal is refused and, at the latest, at the
 //     Held's loss deadline (start of the last successful renewal + TTL −

@@ -41,37 +41,8 @@ func TestBigBacklogWorker(t *testing.T) {
 	if os.Getenv(workerEnv) == "" {
 		t.Skip("worker only")
 	}
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(3)
-	}()
 	ctx := context.Background()
-	name := os.Getenv("W_ID")
-	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL"), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := b.Client()
-	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
-	recovery, _ := time.ParseDuration(os.Getenv("W_RECOVERY"))
-	if recovery <= 0 {
-		recovery = 200 * time.Millisecond
-	}
-	agent := func(ctx context.Context, run *signals.Run) error {
-		take := func(s signals.Signal) {
-			_, _ = fence(context.Background(), c, run.Thread, run.Token, fmt.Sprintf("%s|%s|%d|%t", s.ID, name, run.Token, s.Redelivered))
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-			}
-		}
-		return eachSignal(ctx, run, take)
-	}
-	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(procTTL),
-		signals.WithRecoveryInterval(recovery), signals.WithLinger(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, _ := fencedWorker(t, procTTL)
 	fmt.Println("W ready")
 	threads, per := bigBacklogInt("BIG_BACKLOG_THREADS", 100), bigBacklogInt("BIG_BACKLOG_PER", 50)
 	var wg sync.WaitGroup
@@ -164,3 +135,43 @@ func TestProcTakeoverBehindBigBacklog(t *testing.T) {
 }
 
 func containsAll(s, sub string) bool { return strings.Contains(s, sub) }
+
+// fencedWorker starts the runtime of a worker process as a user would
+// (NewURL, default options) with lease TTL ttl, the recovery interval of
+// W_RECOVERY (200ms when unset) and a 100ms linger, whose agent logs each
+// signal with its fencing token (fence) and takes W_DELAY over it or until
+// its ctx ends. The process exits when the test closes its stdin.
+func fencedWorker(t *testing.T, ttl time.Duration) (*signals.Runtime, redis.UniversalClient) {
+	t.Helper()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
+	name := os.Getenv("W_ID")
+	b, err := redisstreams.NewURL(context.Background(), os.Getenv("W_URL"), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.Client()
+	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
+	recovery, _ := time.ParseDuration(os.Getenv("W_RECOVERY"))
+	if recovery <= 0 {
+		recovery = 200 * time.Millisecond
+	}
+	agent := func(ctx context.Context, run *signals.Run) error {
+		return eachSignal(ctx, run, func(s signals.Signal) {
+			_, _ = fence(context.Background(), c, run.Thread, run.Token, fmt.Sprintf("%s|%s|%d|%t", s.ID, name, run.Token, s.Redelivered))
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+		})
+	}
+	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(ttl),
+		signals.WithRecoveryInterval(recovery), signals.WithLinger(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("W ready")
+	return rt, c
+}

@@ -3,7 +3,6 @@ package signals_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -122,35 +120,9 @@ func TestStreamTakeoverWorker(t *testing.T) {
 	if os.Getenv(workerEnv) == "" {
 		t.Skip("the worker process of streamTakeover")
 	}
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(3)
-	}()
 	ctx := context.Background()
-	name := os.Getenv("W_ID")
-	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL"), redisstreams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := b.Client()
-	delay, _ := time.ParseDuration(os.Getenv("W_DELAY"))
-	recovery, _ := time.ParseDuration(os.Getenv("W_RECOVERY"))
 	ttl, _ := time.ParseDuration(os.Getenv("STREAM_TTL"))
-	agent := func(ctx context.Context, run *signals.Run) error {
-		return eachSignal(ctx, run, func(s signals.Signal) {
-			_, _ = fence(context.Background(), c, run.Thread, run.Token, fmt.Sprintf("%s|%s|%d|%t", s.ID, name, run.Token, s.Redelivered))
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-			}
-		})
-	}
-	rt, err := signals.New(b, agent, signals.WithProcessID(name), signals.WithLeaseTTL(ttl),
-		signals.WithRecoveryInterval(recovery), signals.WithLinger(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println("W ready")
+	rt, c := fencedWorker(t, ttl)
 	switch os.Getenv("STREAM_ROLE") {
 	case "peer":
 		select {}

@@ -92,14 +92,15 @@ func recordBody(rec string) string {
 	return ""
 }
 
-// Drop marks (IDs starting with markPrefix, which Cancel with DropQueued
-// makes) are recorded as "m" and their hash, and are kept apart from the
-// DedupeEntries limit: the newest recordMarks of them stay in the record
-// however many signals ran since, for as long as the record lives. A
-// DropQueued request that reaches the owner late must find its mark there,
-// or it would start a drop that no mark ends. A process of an older
-// version ignores these entries (their length matches neither format) and
-// keeps them among the entries it carries.
+// Drop marks (the inbox events Cancel with DropQueued publishes, told by
+// their type) are recorded twice: as any signal, and tagged "m" and kept
+// apart from the DedupeEntries limit: the newest recordMarks of them stay
+// in the record however many signals ran since, for as long as the record
+// lives. A DropQueued request that reaches the owner late must find its
+// mark there, or it would start a drop that no mark ends. A process of an
+// older version ignores the tagged entries (their length matches neither
+// format), reads the untagged one, and carries both in the records it
+// writes.
 const (
 	markPrefix  = "cancel-mark-"
 	markTag     = 'm'
@@ -147,10 +148,14 @@ func recordHas(rec, id string) bool {
 	return false
 }
 
-// recordAdd returns rec with ids appended (those not in it yet), keeping the
-// newest DedupeEntries signal entries and the newest recordMarks drop mark
-// entries, in order, in the r2 format.
-func recordAdd(rec string, ids []string) string {
+// recordAdd returns rec with ids appended (those not in it yet), and with
+// marks, the IDs among them of drop marks, appended once more tagged, keeping
+// the newest DedupeEntries untagged entries and the newest recordMarks
+// tagged ones, in order, in the r2 format. A mark is told by its event's
+// type, never by its ID (a signal's ID may look like one), and is recorded
+// both ways: untagged, as a process of the previous version reads it, and
+// tagged, kept apart from the signals.
+func recordAdd(rec string, ids, marks []string) string {
 	entries := recordEntries(rec)
 	seen := make(map[string]bool, len(entries))
 	for _, e := range entries {
@@ -160,11 +165,13 @@ func recordAdd(rec string, ids []string) string {
 		if recordHas(rec, id) {
 			continue
 		}
-		h := idHash(id)
-		if strings.HasPrefix(id, markPrefix) {
-			h = string(markTag) + h
+		if h := idHash(id); !seen[h] {
+			seen[h] = true
+			entries = append(entries, h)
 		}
-		if !seen[h] {
+	}
+	for _, id := range marks {
+		if h := string(markTag) + idHash(id); !seen[h] {
 			seen[h] = true
 			entries = append(entries, h)
 		}
@@ -197,11 +204,11 @@ func recordAdd(rec string, ids []string) string {
 
 // writeRecord adds ids to the thread's done record and returns the record
 // now stored. cached is the record last read or written.
-func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, ids []string, ttl time.Duration) (string, error) {
+func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, ids, marks []string, ttl time.Duration) (string, error) {
 	key := recordKey(thread)
 	var lastErr error
 	for range 5 {
-		next := recordAdd(cached, ids)
+		next := recordAdd(cached, ids, marks)
 		if next == cached {
 			return cached, nil
 		}

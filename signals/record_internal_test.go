@@ -8,7 +8,7 @@ import (
 )
 
 func TestRecordFormat(t *testing.T) {
-	rec := recordAdd("", []string{"a", "b", "a"})
+	rec := recordAdd("", []string{"a", "b", "a"}, nil)
 	if !strings.HasPrefix(rec, recordPrefix) || len(recordEntries(rec)) != 2 {
 		t.Fatalf("recordAdd = %q, want r2 with 2 entries", rec)
 	}
@@ -20,7 +20,7 @@ func TestRecordFormat(t *testing.T) {
 	if recordHas(rec, "c") {
 		t.Error(`recordHas("c") = true`)
 	}
-	if again := recordAdd(rec, []string{"b"}); again != rec {
+	if again := recordAdd(rec, []string{"b"}, nil); again != rec {
 		t.Errorf("adding a present id changed %q to %q", rec, again)
 	}
 }
@@ -31,7 +31,7 @@ func TestRecordBounded(t *testing.T) {
 	for i := range 3 * DedupeEntries {
 		ids = append(ids, long+string(rune('a'+i%26))+strings.Repeat("y", i))
 	}
-	rec := recordAdd("", ids)
+	rec := recordAdd("", ids, nil)
 	if n := len(recordEntries(rec)); n != DedupeEntries {
 		t.Fatalf("%d entries, want %d", n, DedupeEntries)
 	}
@@ -51,7 +51,7 @@ func TestRecordReadsV1(t *testing.T) {
 	if !recordHas(old, "old1") || !recordHas(old, "old2") || recordHas(old, "new") {
 		t.Fatalf("r1 record %q not read as before", old)
 	}
-	rec := recordAdd(old, []string{"new"})
+	rec := recordAdd(old, []string{"new"}, nil)
 	if !strings.HasPrefix(rec, recordPrefix) {
 		t.Fatalf("recordAdd(r1) = %q, want the r2 format", rec)
 	}
@@ -64,7 +64,7 @@ func TestRecordReadsV1(t *testing.T) {
 	for i := range DedupeEntries {
 		more = append(more, strings.Repeat("n", i+1))
 	}
-	rec = recordAdd(rec, more)
+	rec = recordAdd(rec, more, nil)
 	if recordHas(rec, "old1") || recordHas(rec, "old2") {
 		t.Errorf("legacy entries did not age out of %d newer IDs", DedupeEntries)
 	}
@@ -139,7 +139,7 @@ func TestRecordHasMatchesEntries(t *testing.T) {
 			}
 		}
 	}
-	rec := recordAdd("", []string{"a", "b", "c"})
+	rec := recordAdd("", []string{"a", "b", "c"}, nil)
 	if n := testing.AllocsPerRun(100, func() { recordHas(rec, "d") }); n != 0 {
 		t.Errorf("recordHas allocates %v times per call", n)
 	}
@@ -156,13 +156,13 @@ func TestRecordKeepsDropMarks(t *testing.T) {
 	for i := range recordMarks + 4 {
 		m := newMarkID(now)
 		marks = append(marks, m)
-		rec = recordAdd(rec, []string{m, "s" + strconv.Itoa(i)})
+		rec = recordAdd(rec, []string{m, "s" + strconv.Itoa(i)}, []string{m})
 	}
 	var sigs []string
 	for i := range 3 * DedupeEntries {
 		sigs = append(sigs, "n"+strconv.Itoa(i))
 	}
-	rec = recordAdd(rec, sigs)
+	rec = recordAdd(rec, sigs, nil)
 	for i, m := range marks {
 		if want := i >= 4; recordHas(rec, m) != want {
 			t.Errorf("mark %d of %d: recordHas = %v, want %v", i, len(marks), !want, want)
@@ -177,10 +177,39 @@ func TestRecordKeepsDropMarks(t *testing.T) {
 	if max := len(recordPrefix) + DedupeEntries*(hashLen+1) + recordMarks*(hashLen+2); len(rec) > max {
 		t.Errorf("record of %d bytes, want at most %d", len(rec), max)
 	}
-	// A mark's entry carries its tag.
-	if e := recordEntries(recordAdd("", []string{marks[0]})); len(e) != 1 || !isMark(e[0]) {
-		t.Errorf("a mark is recorded as %q, want one entry tagged %q", e, string(markTag))
+	// A mark is recorded twice: untagged, as the previous version reads
+	// it (legacyRecordHas is that version's recordHas), and tagged.
+	one := recordAdd("", []string{marks[0]}, []string{marks[0]})
+	if e := recordEntries(one); len(e) != 2 || isMark(e[0]) || !isMark(e[1]) {
+		t.Errorf("a mark is recorded as %q, want its entry and the same tagged %q", e, string(markTag))
 	}
+	if !legacyRecordHas(one, marks[0]) {
+		t.Error("a process of the previous version does not find a mark recorded now")
+	}
+	// A signal whose ID looks like a mark's is a signal: it keeps the
+	// DedupeEntries limit, not the marks'.
+	look := recordAdd("", []string{markPrefix + "t1-user"}, nil)
+	if e := recordEntries(look); len(e) != 1 || isMark(e[0]) {
+		t.Errorf("a signal with a mark-like ID is recorded as %q, want one untagged entry", e)
+	}
+}
+
+// legacyRecordHas is recordHas as of 98f4dc7, the version before drop marks
+// were tagged: only 22- and 12-character entries match.
+func legacyRecordHas(rec, id string) bool {
+	for _, e := range recordEntries(rec) {
+		switch len(e) {
+		case hashLen:
+			if e == idHash(id) {
+				return true
+			}
+		case legacyHashLen:
+			if e == legacyIDHash(id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func TestMarkTooOld(t *testing.T) {

@@ -311,8 +311,12 @@ func (s *session) complete(held *lease.Held, ds []delivery) bool {
 		return false
 	}
 	ids := make([]string, len(ds))
+	var marks []string // drop marks, recorded apart too (recordAdd)
 	for i, d := range ds {
 		ids[i] = d.ev.ID
+		if d.ev.Type == dropMarkType {
+			marks = append(marks, d.ev.ID)
+		}
 	}
 	if s.rt.leases {
 		s.mu.Lock()
@@ -321,7 +325,7 @@ func (s *session) complete(held *lease.Held, ds []delivery) bool {
 		// Only while the lease is held: the write ends at the Held's loss
 		// deadline (a client that honours ctx deadlines gives up then).
 		ctx, cancel := context.WithDeadline(held.Context(), held.Deadline())
-		rec, err := writeRecord(ctx, s.rt.lp, s.thread, cached, ids, s.rt.cfg.dedup)
+		rec, err := writeRecord(ctx, s.rt.lp, s.thread, cached, ids, marks, s.rt.cfg.dedup)
 		cancel()
 		if err != nil {
 			s.rt.log.Warn("signals: writing the done record failed", "thread", s.thread, "err", err)

@@ -487,7 +487,7 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 	}}
 	parent := context.Background()
 	if c.rt != nil {
-		parent = c.rt.hardCtx // Close waits for answers: not past its ctx
+		parent = c.rt.tearCtx // Close waits for answers: not long past its ctx
 	}
 	ctx, cancel := context.WithTimeout(parent, DefaultControlTimeout)
 	defer cancel()

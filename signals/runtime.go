@@ -75,6 +75,12 @@ type Runtime struct {
 
 	hardCtx    context.Context // cancelled when Close gives up waiting
 	hardCancel context.CancelFunc
+	// tearCtx bounds the steps that end tenures and the runtime (teardownCtx):
+	// cancelled closeGrace after Close gave up, so that on a server that
+	// answers they still finish (leases released, notices handed back) and
+	// on one that stopped answering Close returns soon after its ctx ended.
+	tearCtx    context.Context
+	tearCancel context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
@@ -178,6 +184,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	}
 	rt.keeper = lease.NewKeeper(lp, lease.KeeperOptions{RenewEvery: cfg.renew})
 	rt.hardCtx, rt.hardCancel = context.WithCancel(context.Background())
+	rt.tearCtx, rt.tearCancel = context.WithCancel(context.Background())
 	// Notices that cannot be settled yet go back to the backend (a nack)
 	// and come back after the recovery interval: a handler never waits for
 	// a run to end.
@@ -187,6 +194,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		pubsub.RedeliveryDelay(cfg.recovery), pubsub.RedeliveryCap(cfg.recovery))
 	if err != nil {
 		rt.hardCancel()
+		rt.tearCancel()
 		_ = rt.keeper.Close()
 		return nil, fmt.Errorf("signals: subscribe %s: %w", WorkTopic, err)
 	}
@@ -198,6 +206,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		_ = sub.Unsubscribe(context.Background())
 		rt.hardCancel()
+		rt.tearCancel()
 		_ = rt.keeper.Close()
 		return nil, fmt.Errorf("signals: subscribe %s (fan-out): %w", WorkTopic, err)
 	}
@@ -206,6 +215,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		_ = watch.Unsubscribe(context.Background())
 		_ = sub.Unsubscribe(context.Background())
 		rt.hardCancel()
+		rt.tearCancel()
 		_ = rt.keeper.Close()
 		return nil, err
 	}
@@ -552,11 +562,11 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 
 // teardownCtx bounds a step of a tenure or of Close that no caller's ctx
 // bounds (a release, an inbox deletion, a hand-back, the done record's
-// first read): by the lease TTL, and by Close giving up (hardCtx), so that
-// Close(ctx) on a server that stopped answering returns soon after ctx
-// ends (TestCloseOnStalledServerLiveRuns).
+// first read): by the lease TTL, and by tearCtx, so that Close(ctx) on a
+// server that stopped answering returns soon after ctx ends
+// (TestCloseOnStalledServerLiveRuns).
 func (rt *Runtime) teardownCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
+	return context.WithTimeout(rt.tearCtx, rt.cfg.ttl)
 }
 
 // handBackNotices runs as Close ends, after the tenures released their
@@ -854,9 +864,10 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // Close stops taking signals (Send returns ErrClosed), stops taking wake
 // notices, lets running runs finish and hands their leases back. When ctx
 // ends first it cancels the runs' contexts, waits for them to return and
-// returns ctx.Err(); from then on it waits for no server call either (on a
-// server that stopped answering it returns about when ctx ends:
-// TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
+// returns ctx.Err(); its teardown (releases, hand-backs) may then take
+// closeGrace (1s) more and no longer, so on a server that stopped answering
+// it returns about a second after ctx ended
+// (TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
 // leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
 // is deleted by its thread's next tenure. It does not close the pubsub. It is idempotent and safe
@@ -869,15 +880,16 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.mu.Unlock()
 		go func() {
 			defer close(rt.closedCh)
-			// Every step below is bounded by hardCtx too: once Close's
-			// ctx ended, none waits for a server that stopped answering
-			// (leases then expire, held notices come back after their ack
-			// deadline, inboxes are deleted by a later tenure).
-			uerr := rt.workSub.Unsubscribe(rt.hardCtx)
+			// Every step below is bounded by tearCtx too: closeGrace after
+			// Close's ctx ended, none waits any more for a server that
+			// stopped answering (leases then expire, held notices come back
+			// after their ack deadline, inboxes are deleted by a later
+			// tenure).
+			uerr := rt.workSub.Unsubscribe(rt.tearCtx)
 			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) {
 				uerr = nil
 			}
-			werr := rt.watchSub.Unsubscribe(rt.hardCtx)
+			werr := rt.watchSub.Unsubscribe(rt.tearCtx)
 			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) {
 				werr = nil
 			}
@@ -888,6 +900,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			_ = rt.handBackNotices()
 			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed
 			rt.hardCancel()
+			rt.tearCancel()
 			_ = rt.keeper.Close()
 			rt.closeErr = errors.Join(uerr, cerr)
 		}()
@@ -897,10 +910,19 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		return rt.closeErr
 	case <-ctx.Done():
 		rt.hardCancel()
+		grace := time.AfterFunc(closeGrace, rt.tearCancel)
 		<-rt.closedCh
+		grace.Stop()
 		return ctx.Err()
 	}
 }
+
+// closeGrace is how long the teardown of a Close whose ctx ended may still
+// talk to the server: enough for a server that answers to take the releases
+// and hand-backs (TestCloseCtxEndedHealthyServerReleases), short enough
+// that Close on one that stopped answering returns soon after its ctx
+// (TestCloseOnStalledServerLiveRuns).
+const closeGrace = time.Second
 
 // tidyEntry is a thread whose drained inbox is to be deleted: tried again
 // at next, after wait.
@@ -1026,7 +1048,7 @@ func (rt *Runtime) tidyLast() {
 		return
 	}
 	dd := rt.dd
-	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
+	ctx, cancel := rt.teardownCtx()
 	defer cancel()
 	for _, th := range left {
 		if _, err := dd.DeleteTopicIfDrained(ctx, InboxTopic(th), InboxGroup); err != nil && ctx.Err() != nil {

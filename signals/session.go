@@ -445,7 +445,7 @@ func (s *session) loop() {
 		// Stop deliveries before the lease is released (deferred above, runs
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
-		_ = sub.Unsubscribe(rt.hardCtx)
+		_ = sub.Unsubscribe(rt.tearCtx)
 		if lost || !s.dropDrainedInbox() {
 			// Later, once the server answers: no notice may ever bring
 			// a tenure back to an idle thread's inbox.

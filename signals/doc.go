@@ -58,7 +58,7 @@
 //     to busy threads it takes up to a second longer: the retries of busy
 //     threads' notices keep every handler slot taken, and the dead owner's
 //     notice waits its turn at each retry (TestProcTakeoverUnderSendStream,
-//     400 signals/s to 1,000 threads in 60s runs: 2.0-3.2s at TTL 2s and
+//     400 signals/s to 1,000 threads in 60s runs: 2.0-3.7s at TTL 2s and
 //     recovery 200ms, bound TTL + recovery + 2s). At the default TTL (15s)
 //     such a stream gave 16.0, 18.5 and 20.3s in three runs, so even that
 //     bound (18s) is not always met (LEASEBUS_STREAM_DEFAULTS=1 go test

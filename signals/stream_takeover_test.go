@@ -20,7 +20,7 @@ import (
 // (TestProcTakeoverBehindBigBacklog, bound TTL + recovery + 1s). Under
 // the stream the survivors' handler slots are all taken, and the dead
 // owner's notice, claimed before its lease expired, waits for a slot at
-// each retry: 2.0-3.7s after the kill in 15 runs at TTL 2s, so a second of
+// each retry: 2.0-3.7s after the kill in 14 timed runs at TTL 2s, so a second of
 // slack rather than the backlog tests' one would be a coin toss on a
 // loaded CI machine.
 // Process B runs 1,000 threads, each in a 60s run, and sends them 400

@@ -870,8 +870,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // (TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
 // leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
-// is deleted by its thread's next tenure. It does not close the pubsub. It is idempotent and safe
-// to call concurrently; every call waits for the shutdown to complete.
+// is deleted by its thread's next tenure. It does not close the pubsub. It
+// is idempotent and safe to call concurrently; every call waits for the
+// shutdown to complete.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.closeOnce.Do(func() {
 		rt.mu.Lock()

@@ -1557,8 +1557,10 @@ func (g *groupSub) refreshQueued() {
 // reclaim claims entries pending longer than AckDeadline on any consumer
 // (dead ones, typically), skipping those in flight here, as far as free
 // tokens allow. The delivery count comes from XPENDING; XCLAIM adds one.
-// It reports whether it claimed a full batch (there may be more).
-// With wait it waits for a free token first.
+// It reports whether it claimed a full batch (there may be more). The
+// entries of silent members (reclaimFromSilent) come first. When no token
+// is free it waits up to a reclaim interval for one if wait is set or a
+// silent member holds entries, and otherwise claims nothing.
 func (g *groupSub) reclaim(wait bool) (more bool) {
 	ctx := g.ctx
 	// The group's other members that stopped reading (dead ones,

@@ -276,6 +276,11 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if sig.Type == "" {
 		return Accepted{}, fmt.Errorf("%w: signal type is empty (thread %q)", ErrInvalid, thread)
 	}
+	if sig.Type == dropMarkType {
+		// Cancel's drop marks carry it: such a signal would never run, and
+		// would count as a mark in the done record.
+		return Accepted{}, fmt.Errorf("%w: signal type %q is reserved (thread %q)", ErrInvalid, sig.Type, thread)
+	}
 	if rt.isClosed() {
 		return Accepted{}, ErrClosed
 	}

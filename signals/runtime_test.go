@@ -242,6 +242,10 @@ func TestInvalidInput(t *testing.T) {
 	}{
 		{"empty thread", "", "thread", sig("a")},
 		{"empty type", "t", "type", signals.Signal{ID: "a"}},
+		// Reserved for Cancel's drop marks: review 23 (helper 33) found such a
+		// signal accepted and never run, and 20 of them could push a real mark
+		// out of the done record.
+		{"reserved type", "t", "signals.cancel.mark", signals.Signal{ID: "a", Type: "signals.cancel.mark"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,8 @@ type Signal struct {
 	// when it is empty. A signal whose ID was already run on its thread
 	// within the dedupe window is not run again.
 	ID string
-	// Type names the kind of signal. It is required.
+	// Type names the kind of signal. It is required, and may not be
+	// "signals.cancel.mark", which the drop marks of Cancel carry.
 	Type string
 	// Data is the payload; it may be nil.
 	Data json.RawMessage

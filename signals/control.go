@@ -485,11 +485,15 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 		metaTo: req[metaFrom], metaReq: req[metaReq], metaThread: req[metaThread],
 		metaOutcome: outcome, metaRun: a.runID, metaToken: fmt.Sprint(a.token),
 	}}
-	parent := context.Background()
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
 	if c.rt != nil {
-		parent = c.rt.tearCtx // Close waits for answers: not long past its ctx
+		ctx, cancel = c.rt.stepCtx(DefaultControlTimeout) // Close waits for answers: not long past its ctx
+	} else {
+		ctx, cancel = context.WithTimeout(context.Background(), DefaultControlTimeout)
 	}
-	ctx, cancel := context.WithTimeout(parent, DefaultControlTimeout)
 	defer cancel()
 	if err := c.ps.Publish(ctx, ControlTopic, ev); err != nil && c.rt != nil {
 		c.rt.log.Warn("signals: answering a cancel request failed", "thread", req[metaThread], "err", err)

@@ -75,12 +75,16 @@ type Runtime struct {
 
 	hardCtx    context.Context // cancelled when Close gives up waiting
 	hardCancel context.CancelFunc
-	// tearCtx bounds the steps that end tenures and the runtime (teardownCtx):
-	// cancelled closeGrace after Close gave up, so that on a server that
-	// answers they still finish (leases released, notices handed back) and
-	// on one that stopped answering Close returns soon after its ctx ended.
+	// tearCtx bounds the steps that end tenures and the runtime
+	// (teardownCtx): cancelled closeGrace after Close gave up and every
+	// run it cancelled returned, so that on a server that answers they
+	// still finish (leases released, notices handed back) and on one that
+	// stopped answering Close returns about closeGrace after the runs did.
 	tearCtx    context.Context
 	tearCancel context.CancelFunc
+	runsMu     sync.Mutex
+	runs       int           // agents running now
+	runsIdle   chan struct{} // closed when runs drops to 0 (nil: none waits)
 
 	mu       sync.Mutex
 	closed   bool
@@ -566,12 +570,62 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 }
 
 // teardownCtx bounds a step of a tenure or of Close that no caller's ctx
-// bounds (a release, an inbox deletion, a hand-back, the done record's
-// first read): by the lease TTL, and by tearCtx, so that Close(ctx) on a
-// server that stopped answering returns soon after ctx ends
-// (TestCloseOnStalledServerLiveRuns).
+// bounds (a release, an inbox deletion, an unsubscribe, a hand-back, the
+// done record's first read) by the lease TTL; stepCtx by d.
 func (rt *Runtime) teardownCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(rt.tearCtx, rt.cfg.ttl)
+	return rt.stepCtx(rt.cfg.ttl)
+}
+
+// stepCtx returns a context that ends after d, or with tearCtx.
+func (rt *Runtime) stepCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(rt.tearCtx, d)
+}
+
+// runStarted and runEnded count the agents running (see tearCtx).
+func (rt *Runtime) runStarted() {
+	rt.runsMu.Lock()
+	rt.runs++
+	rt.runsMu.Unlock()
+}
+
+func (rt *Runtime) runEnded() {
+	rt.runsMu.Lock()
+	rt.runs--
+	if rt.runs == 0 && rt.runsIdle != nil {
+		close(rt.runsIdle)
+		rt.runsIdle = nil
+	}
+	rt.runsMu.Unlock()
+}
+
+// tearAfterRuns cancels tearCtx closeGrace after no agent runs any more,
+// unless done closes first. Close calls it once its ctx ended (the runs'
+// contexts are cancelled by then; a run started later sees hardCtx
+// cancelled at once).
+func (rt *Runtime) tearAfterRuns(done <-chan struct{}) {
+	rt.runsMu.Lock()
+	var idle chan struct{}
+	if rt.runs > 0 {
+		if rt.runsIdle == nil {
+			rt.runsIdle = make(chan struct{})
+		}
+		idle = rt.runsIdle
+	}
+	rt.runsMu.Unlock()
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-done:
+			return
+		}
+	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		rt.tearCancel()
+	case <-done:
+	}
 }
 
 // handBackNotices runs as Close ends, after the tenures released their
@@ -870,8 +924,8 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // notices, lets running runs finish and hands their leases back. When ctx
 // ends first it cancels the runs' contexts, waits for them to return and
 // returns ctx.Err(); its teardown (releases, hand-backs) may then take
-// closeGrace (1s) more and no longer, so on a server that stopped answering
-// it returns about a second after ctx ended
+// closeGrace (1s) after the last run returned and no longer, so on a server
+// that stopped answering it returns about a second after the runs did
 // (TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
 // leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
@@ -886,17 +940,21 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.mu.Unlock()
 		go func() {
 			defer close(rt.closedCh)
-			// Every step below is bounded by tearCtx too: closeGrace after
+			// Every step below is bounded by stepCtx: closeGrace after
 			// Close's ctx ended, none waits any more for a server that
 			// stopped answering (leases then expire, held notices come back
 			// after their ack deadline, inboxes are deleted by a later
 			// tenure).
-			uerr := rt.workSub.Unsubscribe(rt.tearCtx)
-			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) {
+			uctx, ucancel := rt.teardownCtx()
+			uerr := rt.workSub.Unsubscribe(uctx)
+			ucancel()
+			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) || errors.Is(uerr, context.DeadlineExceeded) {
 				uerr = nil
 			}
-			werr := rt.watchSub.Unsubscribe(rt.tearCtx)
-			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) {
+			wctx, wcancel := rt.teardownCtx()
+			werr := rt.watchSub.Unsubscribe(wctx)
+			wcancel()
+			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) || errors.Is(werr, context.DeadlineExceeded) {
 				werr = nil
 			}
 			uerr = errors.Join(uerr, werr)
@@ -916,18 +974,18 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		return rt.closeErr
 	case <-ctx.Done():
 		rt.hardCancel()
-		grace := time.AfterFunc(closeGrace, rt.tearCancel)
+		rt.tearAfterRuns(rt.closedCh)
 		<-rt.closedCh
-		grace.Stop()
 		return ctx.Err()
 	}
 }
 
 // closeGrace is how long the teardown of a Close whose ctx ended may still
-// talk to the server: enough for a server that answers to take the releases
-// and hand-backs (TestCloseCtxEndedHealthyServerReleases), short enough
-// that Close on one that stopped answering returns soon after its ctx
-// (TestCloseOnStalledServerLiveRuns).
+// talk to the server once the runs returned: enough for a server that
+// answers to take the releases and hand-backs, also after a run that
+// returned late (TestCloseCtxEndedHealthyServerReleases,
+// TestCloseLateRunStillReleases), short enough that Close on one that
+// stopped answering returns soon after (TestCloseOnStalledServerLiveRuns).
 const closeGrace = time.Second
 
 // tidyEntry is a thread whose drained inbox is to be deleted: tried again

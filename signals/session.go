@@ -445,7 +445,9 @@ func (s *session) loop() {
 		// Stop deliveries before the lease is released (deferred above, runs
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
-		_ = sub.Unsubscribe(rt.tearCtx)
+		uctx, ucancel := rt.teardownCtx()
+		_ = sub.Unsubscribe(uctx)
+		ucancel()
 		if lost || !s.dropDrainedInbox() {
 			// Later, once the server answers: no notice may ever bring
 			// a tenure back to an idle thread's inbox.
@@ -576,7 +578,9 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 	}
 	s.ctlRunStarted(cancel, runID, r.Token)
 	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
+	rt.runStarted()
 	err := callAgent(ctx, rt.agent, r)
+	rt.runEnded()
 	s.ctlRunEnded()
 	if ctx.Err() != nil && !s.cancelledOnly(ctx, held) {
 		// Lost or stopped: the signals it holds were not finished; leave them

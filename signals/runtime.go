@@ -926,7 +926,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // returns ctx.Err(); its teardown (releases, hand-backs) may then take
 // closeGrace (1s) after the last run returned and no longer, so on a server
 // that stopped answering it returns about a second after the runs did
-// (TestCloseOnStalledServerLiveRuns), and what it did not finish is safe to
+// (TestCloseOnStalledServerLiveRuns; a hand-off whose TransferLease was
+// already sent to that server waits for the client's own timeouts, about
+// 10s with go-redis's defaults), and what it did not finish is safe to
 // leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
 // is deleted by its thread's next tenure. It does not close the pubsub. It

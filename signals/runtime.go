@@ -942,21 +942,17 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.mu.Unlock()
 		go func() {
 			defer close(rt.closedCh)
-			// Every step below is bounded by stepCtx: closeGrace after
-			// Close's ctx ended, none waits any more for a server that
-			// stopped answering (leases then expire, held notices come back
+			// Every step below is bounded by tearCtx: closeGrace after
+			// Close's ctx ended and the runs returned, none waits any more
+			// for a server that stopped answering (leases then expire, held notices come back
 			// after their ack deadline, inboxes are deleted by a later
 			// tenure).
-			uctx, ucancel := rt.teardownCtx()
-			uerr := rt.workSub.Unsubscribe(uctx)
-			ucancel()
-			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) || errors.Is(uerr, context.DeadlineExceeded) {
+			uerr := rt.workSub.Unsubscribe(rt.tearCtx)
+			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) {
 				uerr = nil
 			}
-			wctx, wcancel := rt.teardownCtx()
-			werr := rt.watchSub.Unsubscribe(wctx)
-			wcancel()
-			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) || errors.Is(werr, context.DeadlineExceeded) {
+			werr := rt.watchSub.Unsubscribe(rt.tearCtx)
+			if errors.Is(werr, pubsub.ErrClosed) || errors.Is(werr, context.Canceled) {
 				werr = nil
 			}
 			uerr = errors.Join(uerr, werr)

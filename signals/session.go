@@ -445,9 +445,11 @@ func (s *session) loop() {
 		// Stop deliveries before the lease is released (deferred above, runs
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
-		uctx, ucancel := rt.teardownCtx()
-		_ = sub.Unsubscribe(uctx)
-		ucancel()
+		// Not bounded by the TTL: a tenure that ends during a stall waits
+		// for its consumer to be gone before the inbox is looked at, or
+		// the deletion finds the inbox in use and nobody deletes it later
+		// (TestFootprintAfterRedisStall). Close giving up ends the wait.
+		_ = sub.Unsubscribe(rt.tearCtx)
 		if lost || !s.dropDrainedInbox() {
 			// Later, once the server answers: no notice may ever bring
 			// a tenure back to an idle thread's inbox.

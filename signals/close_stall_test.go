@@ -116,112 +116,72 @@ func TestCloseOnStalledServerLiveRuns(t *testing.T) {
 	}
 }
 
-// TestCloseCtxEndedHealthyServerReleases: Close(ctx 300ms) while runs are
-// in progress on a server that answers: the runs return as their ctx is
-// cancelled, and the leases are still released (a peer can take the
-// threads at once), not left to expire after the TTL. Found by review 22
-// (helper 32) in c2cded3, which bounded the teardown by Close giving up
-// outright: 5 of 5 leases still held, 3 of 3 runs.
+// TestCloseCtxEndedHealthyServerReleases: Close(ctx 300ms) on a server
+// that answers, while runs are in progress: the runs are cancelled, and the
+// leases are still released (a peer can take the threads at once), not left
+// to expire after the TTL.
+//   - AtOnce: the agents return as their ctx is cancelled. Found by review
+//     22 (helper 32) in c2cded3, which bounded the teardown by Close giving
+//     up outright: 5 of 5 leases still held, 3 of 3 runs.
+//   - Late: the agents clean up for 1.5s first. Close waits for them, as
+//     documented, and the teardown's grace runs from the last run's return,
+//     not from ctx's end. Found by review 23 (helper 33) in the first grace
+//     (from ctx's end): 3 of 3 leases held, 3 of 3 runs.
 func TestCloseCtxEndedHealthyServerReleases(t *testing.T) {
-	srv, _ := startRedis(t)
-	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	var started atomic.Int64
-	rt, err := signals.New(b, func(ctx context.Context, run *signals.Run) error {
-		started.Add(1)
-		<-ctx.Done()
-		return ctx.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 5
-	for i := range n {
-		if _, err := rt.Send(ctx, fmt.Sprint("t", i), signals.Signal{Type: "msg"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for deadline := time.Now().Add(20 * time.Second); started.Load() < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d runs started within 20s", started.Load(), n)
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err = rt.Close(cctx)
-	t.Logf("Close = %v after %v", err, time.Since(start).Round(time.Millisecond))
-	held := 0
-	for i := range n {
-		o, err := b.GetLeaseOwner(ctx, signals.LeaseKey(fmt.Sprint("t", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o != "" {
-			held++
-		}
-	}
-	if held > 0 {
-		t.Fatalf("after Close returned on a healthy server, %d of %d leases are still held (they expire only after the %v TTL)", held, n, signals.DefaultLeaseTTL)
-	}
-}
-
-// TestCloseLateRunStillReleases: Close(ctx 300ms) on a server that answers,
-// while runs are in progress that return 1.5s after their ctx is cancelled
-// (an agent that cleans up first). Close waits for them, as documented, and
-// the leases are still released once they returned: the teardown's grace
-// runs from the last run's return, not from ctx's end. Found by review 23
-// (helper 33) in the first grace (from ctx's end): 3 of 3 leases held, 3 of
-// 3 runs.
-func TestCloseLateRunStillReleases(t *testing.T) {
-	srv, _ := startRedis(t)
-	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rl"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	var started atomic.Int64
-	rt, err := signals.New(b, func(ctx context.Context, run *signals.Run) error {
-		started.Add(1)
-		<-ctx.Done()
-		time.Sleep(1500 * time.Millisecond) // cleans up after the cancel
-		return ctx.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 3
-	for i := range n {
-		if _, err := rt.Send(ctx, fmt.Sprint("t", i), signals.Signal{Type: "msg"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for deadline := time.Now().Add(20 * time.Second); started.Load() < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d runs started within 20s", started.Load(), n)
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err = rt.Close(cctx)
-	t.Logf("Close = %v after %v", err, time.Since(start).Round(time.Millisecond))
-	held := 0
-	for i := range n {
-		o, err := b.GetLeaseOwner(ctx, signals.LeaseKey(fmt.Sprint("t", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o != "" {
-			held++
-		}
-	}
-	if held > 0 {
-		t.Fatalf("after Close returned on a healthy server, %d of %d leases are still held (the runs returned 1.5s after their cancel)", held, n)
+	for _, tc := range []struct {
+		name string
+		n    int
+		late time.Duration // how long an agent takes after its cancel
+	}{
+		{"AtOnce", 5, 0},
+		{"Late", 3, 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := startRedis(t)
+			ctx := context.Background()
+			b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rc"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			var started atomic.Int64
+			rt, err := signals.New(b, func(ctx context.Context, run *signals.Run) error {
+				started.Add(1)
+				<-ctx.Done()
+				time.Sleep(tc.late) // cleans up after the cancel
+				return ctx.Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.n {
+				if _, err := rt.Send(ctx, fmt.Sprint("t", i), signals.Signal{Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for deadline := time.Now().Add(20 * time.Second); started.Load() < int64(tc.n); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d runs started within 20s", started.Load(), tc.n)
+				}
+			}
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err = rt.Close(cctx)
+			t.Logf("Close = %v after %v", err, time.Since(start).Round(time.Millisecond))
+			held := 0
+			for i := range tc.n {
+				o, err := b.GetLeaseOwner(ctx, signals.LeaseKey(fmt.Sprint("t", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o != "" {
+					held++
+				}
+			}
+			if held > 0 {
+				t.Fatalf("after Close returned on a healthy server, %d of %d leases are still held (they expire only after the %v TTL; the runs returned %v after their cancel)", held, tc.n, signals.DefaultLeaseTTL, tc.late)
+			}
+		})
 	}
 }

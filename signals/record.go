@@ -102,7 +102,6 @@ func recordBody(rec string) string {
 // format), reads the untagged one, and carries both in the records it
 // writes.
 const (
-	markPrefix  = "cancel-mark-"
 	markTag     = 'm'
 	recordMarks = 16
 )

@@ -203,6 +203,9 @@ func (s *session) dropped(d delivery) bool {
 	return true
 }
 
+// markPrefix starts every drop mark's ID.
+const markPrefix = "cancel-mark-"
+
 // newMarkID returns a new drop mark ID: markPrefix, "t" and the time the
 // mark is made in Unix milliseconds, "-" and a random UUID. (Older versions
 // made markPrefix and a UUID, which never starts with "t".)

@@ -981,9 +981,9 @@ func (rt *Runtime) Close(ctx context.Context) error {
 // closeGrace is how long the teardown of a Close whose ctx ended may still
 // talk to the server once the runs returned: enough for a server that
 // answers to take the releases and hand-backs, also after a run that
-// returned late (TestCloseCtxEndedHealthyServerReleases,
-// TestCloseLateRunStillReleases), short enough that Close on one that
-// stopped answering returns soon after (TestCloseOnStalledServerLiveRuns).
+// returned late (TestCloseCtxEndedHealthyServerReleases), short enough that
+// Close on one that stopped answering returns soon after
+// (TestCloseOnStalledServerLiveRuns).
 const closeGrace = time.Second
 
 // tidyEntry is a thread whose drained inbox is to be deleted: tried again

@@ -54,15 +54,15 @@
 //     TTL + recovery interval while signals wait behind long runs elsewhere
 //     (within TTL + recovery + 1s: TestProcTakeoverBehindBacklog with 500
 //     signals behind 30s runs on 20 threads, TestProcTakeoverBehindBigBacklog
-//     with 5,000 behind 60s runs on 100 threads). While sends keep streaming
-//     to busy threads it takes up to a second longer: the retries of busy
-//     threads' notices keep every handler slot taken, and the dead owner's
-//     notice waits its turn at each retry (TestProcTakeoverUnderSendStream,
-//     400 signals/s to 1,000 threads in 60s runs: 2.0-3.7s at TTL 2s and
-//     recovery 200ms, bound TTL + recovery + 2s). At the default TTL (15s)
-//     such a stream gave 16.0, 18.5 and 20.3s in three runs, so even that
-//     bound (18s) is not always met (LEASEBUS_STREAM_DEFAULTS=1 go test
-//     -race -run TestProcTakeoverUnderSendStream ./signals/). Close starts no run, lets running
+//     with 5,000 behind 60s runs on 100 threads), and also while sends keep
+//     streaming to busy threads (TestProcTakeoverUnderSendStream, 400
+//     signals/s to 1,000 threads in 60s runs, both at TTL 2s with recovery
+//     200ms and at the default TTL 15s with recovery 1s: taken over 9-25ms
+//     after the dead owner's lease lapsed, 2.0s and 15.0s after the kill, in
+//     six runs of 2026-11-27; before the lapse watch below, 0.5-3.7s after
+//     the lapse, up to 18.7s at the default TTL). A runtime whose notice
+//     handler found a thread held notes when that lease lapses and tries it
+//     then (see "Takeover at the lapse" in the Design section). Close starts no run, lets running
 //     runs finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
@@ -189,6 +189,20 @@
 // thread is unacked and will keep some runtime trying to take the thread,
 // at least once per recovery interval.
 //
+// Takeover at the lapse: the tries above come when a notice comes back, and
+// under a stream of sends to busy threads a notice comes back behind
+// thousands of others. So a handler whose try found the lease held notes,
+// per thread, when that lease lapses unless renewed (the acquire reports
+// the time left: lease.HeldError.TTL) and the notice's signal; a later try
+// that sees the lease renewed moves the time later. When the time comes the
+// runtime makes one try itself: nothing if the signal is done by then,
+// otherwise the lease (a Recovered tenure when it is free). A try that
+// finds the lease renewed notes the new time only while some notice found
+// the thread held within the last TTL, so a live holder whose notices see
+// its renewals costs nothing more, and a thread nobody waits on is
+// forgotten: an entry lives at most about two TTLs after the last notice's
+// try (signals/lapse.go; TestTakeoverAtLeaseLapse).
+//
 // # Guarantees and how the tests prove them
 //
 //  1. One owner: the lease admits one holder; each run is a new tenure with a
@@ -235,9 +249,12 @@
 //     had taken and drains the inbox. Proved by the owner-killed test and,
 //     under load, by TestProcTakeoverBehindBacklog (500 signals queued
 //     behind 30s runs on 20 threads of another process: taken over 2.2s
-//     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s); while sends
-//     keep streaming to busy threads, up to a second more
-//     (TestProcTakeoverUnderSendStream, see "Takeover" above).
+//     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s) and, while
+//     sends keep streaming to busy threads, TestProcTakeoverUnderSendStream
+//     (same bound, at TTL 2s and at the default TTL; see "Takeover" above).
+//     A live runtime whose notice found the lease held tries it again the
+//     moment it can lapse (TestTakeoverAtLeaseLapse), so the takeover does
+//     not wait for that notice to come back through the handler slots.
 //  6. Fail-closed: the run ctx is the thread lease's lease.Held context: it
 //     is cancelled as soon as renewal is refused and, at the latest, at the
 //     Held's loss deadline (start of the last successful renewal + TTL −

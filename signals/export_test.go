@@ -29,3 +29,6 @@ func WithHooks(h Hooks) Option {
 func WakeNotice(thread, id string) pubsub.Event {
 	return pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: id}}
 }
+
+// LapseEntries returns how many threads rt's lapse watch (lapse.go) holds.
+func LapseEntries(rt *Runtime) int { return rt.lapse.len() }

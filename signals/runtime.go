@@ -122,6 +122,10 @@ type Runtime struct {
 	tidy     map[string]*tidyEntry
 	tidyKick chan struct{}
 	tidyDone chan struct{}
+
+	// lapse holds the threads whose holder's lease a notice handler waits
+	// on, to try each the moment that lease can lapse (lapse.go).
+	lapse lapseWatch
 }
 
 // seenNotice is a wake notice this process received and has not acked.
@@ -177,6 +181,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		closing: make(chan struct{}), closedCh: make(chan struct{}),
 		sessions: make(map[string]*session),
 		tidyKick: make(chan struct{}, 1), tidyDone: make(chan struct{}),
+		lapse: lapseWatch{kick: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	rt.dd, _ = pubsub.As[pubsub.DrainedDeleter](ps)
 	rt.br, _ = pubsub.As[pubsub.BacklogReader](ps)
@@ -224,6 +229,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		return nil, err
 	}
 	go rt.tidyLoop()
+	go rt.lapseLoop()
 	return rt, nil
 }
 
@@ -317,7 +323,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	case werr != nil:
 		// Stored anyway, with a notice whose handler takes the thread.
 	case s == nil:
-		acc = Accepted{Action: Forwarded, Owner: holder, RunID: runOf(holder), SignalID: sig.ID}
+		acc = Accepted{Action: Forwarded, Owner: holder.owner, RunID: runOf(holder.owner), SignalID: sig.ID}
 	default:
 		acc = Accepted{Action: Delivered, SignalID: sig.ID}
 		if created {
@@ -420,13 +426,14 @@ func (rt *Runtime) closingNow() bool {
 
 // wake returns the local session of thread, starting one when this process
 // wins the thread's lease; when another process holds it, it returns a nil
-// session and the holder. Acquire errors are errors. A local session that
+// session and the holder (its owner string and the time left on its lease,
+// as the acquire saw them). Acquire errors are errors. A local session that
 // takes no more deliveries (it is ending) is not returned: wake waits until
 // it has released the lease and then tries the lease itself, so that no
 // signal is reported Delivered to a tenure that stopped reading. (One that
 // decides to end right after it was returned leaves the signal to the
 // signal's wake notice, whose handler acts the moment the tenure ended.)
-func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder string, err error) {
+func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder holderInfo, err error) {
 	for {
 		rt.mu.Lock()
 		s = rt.sessions[thread]
@@ -437,7 +444,7 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
-			return nil, false, "", ctx.Err()
+			return nil, false, holderInfo{}, ctx.Err()
 		}
 		if !s.acquired {
 			return nil, false, s.holder, s.err
@@ -445,17 +452,17 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 		select {
 		case <-s.quit:
 		default:
-			return s, false, "", nil
+			return s, false, holderInfo{}, nil
 		}
 		select {
 		case <-s.ended:
 		case <-ctx.Done():
-			return nil, false, "", ctx.Err()
+			return nil, false, holderInfo{}, ctx.Err()
 		}
 	}
 	if rt.closed {
 		rt.mu.Unlock()
-		return nil, false, "", ErrClosed
+		return nil, false, holderInfo{}, ErrClosed
 	}
 	s = newSession(rt, thread)
 	rt.sessions[thread] = s
@@ -467,7 +474,10 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 	if err != nil {
 		var he *lease.HeldError
 		if errors.As(err, &he) {
-			s.holder = he.Owner
+			s.holder = holderInfo{owner: he.Owner}
+			if he.TTL > 0 {
+				s.holder.lapse = time.Now().Add(he.TTL)
+			}
 		} else {
 			s.err = err
 		}
@@ -490,7 +500,7 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 	}
 	rt.emit(Event{Kind: kind, Thread: thread, RunID: runID, Owner: owner, Token: held.Token()})
 	go s.loop()
-	return s, true, "", nil
+	return s, true, holderInfo{}, nil
 }
 
 func (rt *Runtime) removeSession(s *session) {
@@ -896,13 +906,17 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			if watching {
 				rt.watchTrying(thread)
 			}
-			s, _, _, err = rt.wake(ctx, thread, true)
+			var h holderInfo
+			s, _, h, err = rt.wake(ctx, thread, true)
 			if err != nil {
 				return err
 			}
 			if s != nil {
 				continue // a local tenure: wait for it
 			}
+			// Held elsewhere: try again the moment its lease can lapse
+			// (lapse.go), not only when this notice comes back.
+			rt.noteHeld(thread, id, h.lapse, time.Now())
 		}
 		wait := time.NewTimer(min(poll.Next(), rt.cfg.recovery))
 		select {
@@ -958,6 +972,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			uerr = errors.Join(uerr, werr)
 			rt.wg.Wait()
 			<-rt.tidyDone
+			<-rt.lapse.done
 			rt.tidyLast()
 			_ = rt.handBackNotices()
 			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed

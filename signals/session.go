@@ -23,7 +23,7 @@ type session struct {
 
 	ready    chan struct{} // closed when the acquire is decided
 	acquired bool          // set before ready closes
-	holder   string        // the other holder when not acquired
+	holder   holderInfo    // the other holder when not acquired
 	err      error         // the acquire error
 
 	deliveries chan delivery

@@ -146,21 +146,13 @@ func (rt *Runtime) lapseLoop() {
 	var tries sync.WaitGroup
 	defer tries.Wait()
 	sem := make(chan struct{}, lapseTries)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-rt.closing:
-			return
-		case <-w.kick:
-		case <-timer.C:
-		}
-		due, next := w.lapseTake(time.Now())
+	rt.dueLoop(w.kick, func(now time.Time) time.Time {
+		due, next := w.lapseTake(now)
 		for _, d := range due {
 			select {
 			case sem <- struct{}{}:
 			case <-rt.closing:
-				return
+				return time.Time{}
 			}
 			tries.Add(1)
 			go func() {
@@ -168,11 +160,8 @@ func (rt *Runtime) lapseLoop() {
 				rt.lapseTry(d)
 			}()
 		}
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-		}
-	}
+		return next
+	})
 }
 
 // lapseTry makes the one try of a due entry (see lapseWatch).

@@ -1040,16 +1040,22 @@ func (rt *Runtime) tidyLater(thread string) {
 // tidyLoop runs tidyDue whenever an entry is due, until Close begins.
 func (rt *Runtime) tidyLoop() {
 	defer close(rt.tidyDone)
+	rt.dueLoop(rt.tidyKick, rt.tidyDue)
+}
+
+// dueLoop calls due when kick is sent and at the time due last returned
+// (zero: not until the next kick), until Close begins.
+func (rt *Runtime) dueLoop(kick <-chan struct{}, due func(now time.Time) (next time.Time)) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		select {
 		case <-rt.closing:
 			return
-		case <-rt.tidyKick:
+		case <-kick:
 		case <-timer.C:
 		}
-		next := rt.tidyDue(time.Now())
+		next := due(time.Now())
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))

@@ -54,16 +54,20 @@
 //     TTL + recovery interval while signals wait behind long runs elsewhere
 //     (within TTL + recovery + 1s: TestProcTakeoverBehindBacklog with 500
 //     signals behind 30s runs on 20 threads, TestProcTakeoverBehindBigBacklog
-//     with 5,000 behind 60s runs on 100 threads), and also while sends keep
+//     with 5,000 behind 60s runs on 100 threads). While sends keep
 //     streaming to busy threads (TestProcTakeoverUnderSendStream, 400
-//     signals/s to 1,000 threads in 60s runs, both at TTL 2s with recovery
-//     200ms and at the default TTL 15s with recovery 1s: taken over 9-25ms
-//     after the dead owner's lease lapsed, 2.0s and 15.0s after the kill, in
-//     six runs of 2026-11-27; before the lapse watch below, 0.5-3.7s after
-//     the lapse, up to 18.7s at the default TTL). A runtime whose notice
-//     handler found a thread held notes when that lease lapses and tries it
-//     then (see "Takeover at the lapse" in the Design section). Close starts no run, lets running
-//     runs finish, and hands its signals to the live runtimes, which start
+//     signals/s to 1,000 threads in 60s runs, at TTL 2s with recovery 200ms
+//     and at the default TTL 15s with recovery 1s; bound TTL + recovery +
+//     2s): taken over 6-243ms after the dead owner's lease lapsed in 18 of
+//     19 timed runs of 2026-11-27 (15 of them within 44ms; 2.0-2.2s and
+//     15.0s after the kill), and once 1.07s after it (3.04s after the kill,
+//     TTL 2s), when the dead owner's own notice waited for a handler slot
+//     behind the busy threads' notices; before the lapse watch below,
+//     0.5-3.7s after the lapse, and up to 18.7s after the kill at the
+//     default TTL. A runtime whose notice handler found a thread held tries
+//     it again the moment that lease can lapse (see "Takeover at the lapse"
+//     in the Design section). Close starts no run, lets running runs
+//     finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
 //     another runtime as promptly (TestSendWokeDuringClose).
@@ -193,15 +197,19 @@
 // under a stream of sends to busy threads a notice comes back behind
 // thousands of others. So a handler whose try found the lease held notes,
 // per thread, when that lease lapses unless renewed (the acquire reports
-// the time left: lease.HeldError.TTL) and the notice's signal; a later try
-// that sees the lease renewed moves the time later. When the time comes the
-// runtime makes one try itself: nothing if the signal is done by then,
-// otherwise the lease (a Recovered tenure when it is free). A try that
-// finds the lease renewed notes the new time only while some notice found
-// the thread held within the last TTL, so a live holder whose notices see
-// its renewals costs nothing more, and a thread nobody waits on is
-// forgotten: an entry lives at most about two TTLs after the last notice's
-// try (signals/lapse.go; TestTakeoverAtLeaseLapse).
+// the time left: lease.HeldError.TTL); a later try that sees the lease
+// renewed or handed on moves the time later. When the time comes the
+// runtime makes one try itself: first whether work waits for the thread
+// (its inbox group's backlog, pubsub.BacklogReader: an entry unread, or
+// read and not acked; without one, whether the noted notice's signal is
+// still not done), then, if so, the lease (a Recovered tenure when it is
+// free); when the lease is held again, it notes the new lapse. An entry
+// lives while another process holds its thread with work waiting (a live
+// holder's entry comes due about once per renewal that no notice of this
+// process saw, at two round trips each), and goes at the first try after
+// the work is done (signals/lapse.go; TestTakeoverAtLeaseLapse,
+// TestLapseStaleNoticeHeldThread, TestLapseNotedSignalDone,
+// TestLapseKeptWhileWorkWaits).
 //
 // # Guarantees and how the tests prove them
 //
@@ -251,7 +259,8 @@
 //     behind 30s runs on 20 threads of another process: taken over 2.2s
 //     after the SIGKILL, bound TTL 2s + recovery 200ms + 1s) and, while
 //     sends keep streaming to busy threads, TestProcTakeoverUnderSendStream
-//     (same bound, at TTL 2s and at the default TTL; see "Takeover" above).
+//     (at TTL 2s and at the default TTL, bound TTL + recovery + 2s; see
+//     "Takeover" above).
 //     A live runtime whose notice found the lease held tries it again the
 //     moment it can lapse (TestTakeoverAtLeaseLapse), so the takeover does
 //     not wait for that notice to come back through the handler slots.

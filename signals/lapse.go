@@ -16,7 +16,7 @@ type holderInfo struct {
 }
 
 // lapseWatch takes a thread over the moment its holder's lease can lapse,
-// when a wake notice of the thread is waiting on that holder.
+// when work waits for the thread and a wake notice of it found it held.
 //
 // Without it a dead owner's thread was taken by the next try of one of its
 // notices after the lease expired. Notices that cannot be settled are
@@ -24,25 +24,28 @@ type holderInfo struct {
 // stream of sends to threads busy with long runs they come back behind
 // thousands of others (each busy thread's queued signals are notices
 // cycling through the handler slots): that next try came seconds after the
-// expiry (at the default TTL, 16.0-20.3s after the owner was killed,
-// against the 18s the docs promised: TestProcTakeoverUnderSendStream with
-// LEASEBUS_STREAM_DEFAULTS=1).
+// expiry (at the default TTL, 15.5-18.7s after the owner was killed, against
+// the TTL + recovery + 1s the backlog tests hold: TestProcTakeoverUnderSendStream).
 //
 // So when a notice handler's try of the lease finds it held (Runtime.wake
 // reports when the holder's lease lapses), the thread is noted here with
-// that time and the notice's signal; when the time comes and no later try
-// saw the lease renewed meanwhile (a try that sees a later lapse moves the
-// entry later), one try is made: nothing if the signal is done by then,
-// else the lease (a Recovered tenure when it is free). A try that finds the
-// lease renewed notes the new lapse again only while a notice found the
-// thread held within the last TTL, so a live holder costs nothing as long
-// as its notices' own tries see its renewals, and a thread nobody waits on
-// is forgotten.
+// that time; a later try that sees a later lapse (the lease was renewed or
+// handed on) moves the entry later. When the time comes, one try is made:
+// first whether work waits for the thread (its inbox group's backlog: an
+// entry not yet read or read and not acked; on a pubsub without
+// pubsub.BacklogReader, or one that cannot tell, whether the noted notice's
+// signal is still not done and not settled by this process's tenures),
+// then, if so, the lease (a Recovered tenure when it is free). A try that
+// finds the lease held again notes the new lapse (without a BacklogReader,
+// only while a notice found the thread held within max(TTL, two recovery
+// intervals)).
 //
-// State: one entry per thread, from a notice's failed try until its lapse
-// time came (then it is gone, or noted again by that try as above): an
-// entry lives at most about two TTLs after the last notice of its thread
-// found the lease held (TestLapseWatchBounded).
+// State: one entry per thread, from a notice's failed try until the first
+// try at its lapse time that finds nothing waiting, the lease free, or an
+// error: an entry lives while another process holds the thread with work
+// waiting for it (a live holder's entry comes due about once per renewal
+// that no notice of this process saw), and goes within one of the holder's
+// lease periods after the work is done (TestTakeoverAtLeaseLapse).
 type lapseWatch struct {
 	mu      sync.Mutex
 	entries map[string]*lapseEntry
@@ -52,15 +55,16 @@ type lapseWatch struct {
 }
 
 type lapseEntry struct {
-	at     time.Time // when the holder's lease lapses, as last seen
-	noted  time.Time // when a notice's try last found the thread held
-	signal string    // that notice's signal
+	at       time.Time // when the holder's lease lapses, as last seen
+	noted    time.Time // when a notice's try last found the thread held
+	signal   string    // that notice's signal
+	received time.Time // when this process first received that notice
 }
 
 // lapseDue is an entry whose time came, taken out of the watch.
 type lapseDue struct {
-	thread, signal string
-	noted          time.Time
+	thread, signal  string
+	noted, received time.Time
 }
 
 // lapseMargin is added to a lapse time: the try comes just after the lease
@@ -70,9 +74,10 @@ const lapseMargin = 5 * time.Millisecond
 // lapseTries bounds the tries of due entries in flight at once.
 const lapseTries = 16
 
-// noteHeld records that a try of thread's lease, made for a notice of
-// signal that is not settled (at noted), found it held until lapse.
-func (rt *Runtime) noteHeld(thread, signal string, lapse, noted time.Time) {
+// noteHeld records that a try of thread's lease, made at noted for a notice
+// of signal first received at received and not settled, found it held
+// until lapse.
+func (rt *Runtime) noteHeld(thread, signal string, received, lapse, noted time.Time) {
 	if lapse.IsZero() || rt.lapse.done == nil {
 		return
 	}
@@ -96,7 +101,7 @@ func (rt *Runtime) noteHeld(thread, signal string, lapse, noted time.Time) {
 		e.at = at
 	}
 	if noted.After(e.noted) {
-		e.noted, e.signal = noted, signal
+		e.noted, e.signal, e.received = noted, signal, received
 	}
 	w.mu.Unlock()
 	if first {
@@ -123,7 +128,7 @@ func (w *lapseWatch) lapseTake(now time.Time) (due []lapseDue, next time.Time) {
 			continue
 		}
 		delete(w.entries, it.thread)
-		due = append(due, lapseDue{thread: it.thread, signal: e.signal, noted: e.noted})
+		due = append(due, lapseDue{thread: it.thread, signal: e.signal, noted: e.noted, received: e.received})
 	}
 	if len(w.q) > 0 {
 		next = w.q[0].at
@@ -171,9 +176,10 @@ func (rt *Runtime) lapseTry(d lapseDue) {
 	}
 	ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 	defer cancel()
-	if done, err := rt.isDone(ctx, d.thread, d.signal); err != nil || done {
-		// Done: nothing waits on the holder. An error: the notices come
-		// back and try again, as they would without this watch.
+	waits, told, err := rt.lapseWaits(ctx, d)
+	if err != nil || !waits {
+		// Nothing waits: the entry goes. An error: the notices come back
+		// and try again, as they would without this watch.
 		return
 	}
 	s, _, h, err := rt.wake(ctx, d.thread, true)
@@ -181,9 +187,31 @@ func (rt *Runtime) lapseTry(d lapseDue) {
 	case err != nil:
 	case s != nil:
 		s.kick()
-	case time.Since(d.noted) < rt.cfg.ttl:
-		rt.noteHeld(d.thread, d.signal, h.lapse, d.noted)
+	case told || time.Since(d.noted) < max(rt.cfg.ttl, 2*rt.cfg.recovery):
+		rt.noteHeld(d.thread, d.signal, d.received, h.lapse, d.noted)
 	}
+}
+
+// lapseWaits reports whether work waits for the thread of a due entry, and
+// whether the inbox's backlog told (see lapseWatch).
+func (rt *Runtime) lapseWaits(ctx context.Context, d lapseDue) (waits, told bool, err error) {
+	if rt.br != nil {
+		bl, err := rt.br.GroupBacklog(ctx, InboxTopic(d.thread), InboxGroup)
+		switch {
+		case err != nil:
+			return false, false, err
+		case bl.Lag > 0 || bl.Pending > 0:
+			return true, true, nil
+		case bl.Lag == 0:
+			return false, true, nil
+		}
+		// Lag -1 and nothing pending: it cannot tell.
+	}
+	if rt.settledByTenures(d.thread, d.received) {
+		return false, false, nil
+	}
+	done, err := rt.isDone(ctx, d.thread, d.signal)
+	return !done, false, err
 }
 
 type lapseItem struct {

@@ -21,9 +21,11 @@ import (
 // the signal runs within the 600ms TTL and a margin; the watch is empty
 // afterwards.
 //
-// LiveHolderForgotten: a ghost that renews for good; once no notice found
-// the thread held for a TTL (the runtime's, 1s here), the watch forgets
-// it while the ghost still holds it.
+// NothingWaits: a ghost that renews for good and a notice whose signal is
+// in no inbox (as stale as TestStaleNoticeAcked's): the notice's try notes
+// the thread, and the watch forgets it at the ghost's lapse time, when the
+// inbox shows nothing waiting, while the ghost still holds it; nothing
+// runs.
 func TestTakeoverAtLeaseLapse(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -31,7 +33,7 @@ func TestTakeoverAtLeaseLapse(t *testing.T) {
 		ttl   time.Duration // the runtime's lease TTL
 	}{
 		{"GhostDies", 1500 * time.Millisecond, 15 * time.Second},
-		{"LiveHolderForgotten", time.Hour, time.Second},
+		{"NothingWaits", time.Hour, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const thread = "lapse"
@@ -66,11 +68,10 @@ func TestTakeoverAtLeaseLapse(t *testing.T) {
 				ran <- time.Now()
 				return nil
 			}, signals.WithLeaseTTL(tc.ttl), signals.WithRecoveryInterval(30*time.Second))
-			acc, err := rt.Send(ctx, thread, sig("s1"))
-			if err != nil || acc.Action != signals.Forwarded || acc.Owner != ghost {
-				t.Fatalf("send: %+v, %v; want Forwarded to %s", acc, err, ghost)
-			}
 			if tc.lives == time.Hour {
+				if err := b.Publish(ctx, signals.WorkTopic, signals.WakeNotice(thread, "gone")); err != nil {
+					t.Fatal(err)
+				}
 				deadline := time.Now().Add(5 * time.Second)
 				for signals.LapseEntries(rt) == 0 {
 					if time.Now().After(deadline) {
@@ -81,7 +82,7 @@ func TestTakeoverAtLeaseLapse(t *testing.T) {
 				deadline = time.Now().Add(10 * time.Second)
 				for signals.LapseEntries(rt) != 0 {
 					if time.Now().After(deadline) {
-						t.Fatalf("lapse watch still holds %d entries 10s after the only notice's try (runtime TTL %v)", signals.LapseEntries(rt), tc.ttl)
+						t.Fatalf("lapse watch still holds %d entries 10s after the stale notice's try (the ghost's lease: 600ms)", signals.LapseEntries(rt))
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
@@ -91,6 +92,10 @@ func TestTakeoverAtLeaseLapse(t *testing.T) {
 				default:
 				}
 				return
+			}
+			acc, err := rt.Send(ctx, thread, sig("s1"))
+			if err != nil || acc.Action != signals.Forwarded || acc.Owner != ghost {
+				t.Fatalf("send: %+v, %v; want Forwarded to %s", acc, err, ghost)
 			}
 			select {
 			case at := <-ran:

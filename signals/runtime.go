@@ -916,7 +916,7 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			}
 			// Held elsewhere: try again the moment its lease can lapse
 			// (lapse.go), not only when this notice comes back.
-			rt.noteHeld(thread, id, h.lapse, time.Now())
+			rt.noteHeld(thread, id, received, h.lapse, time.Now())
 		}
 		wait := time.NewTimer(min(poll.Next(), rt.cfg.recovery))
 		select {

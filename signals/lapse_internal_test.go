@@ -1,0 +1,159 @@
+package signals
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/inmem"
+)
+
+// ghostHolder takes thread's lease with the provider directly (ttl),
+// renews it every ttl/4 for lives, then stops (dies without releasing).
+// It returns when it stopped renewing (unix nanos, 0 while alive).
+func ghostHolder(t *testing.T, b *inmem.Backend, thread string, ttl, lives time.Duration) *atomic.Int64 {
+	t.Helper()
+	ctx := context.Background()
+	key, ghost := LeaseKey(thread), "ghost/run1"
+	if r, err := b.AcquireLease(ctx, key, ghost, ttl); err != nil || !r.Acquired {
+		t.Fatalf("ghost acquire: %+v, %v", r, err)
+	}
+	var died atomic.Int64
+	gctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(ttl / 4)
+		defer tick.Stop()
+		end := time.After(lives)
+		for {
+			select {
+			case <-gctx.Done():
+				return
+			case <-end:
+				died.Store(time.Now().UnixNano())
+				return
+			case <-tick.C:
+				_, _ = b.RenewLease(gctx, key, ghost, ttl)
+			}
+		}
+	}()
+	t.Cleanup(func() { stop(); wg.Wait() })
+	return &died
+}
+
+// TestLapseNotedSignalDone: the lapse watch keeps one signal per thread
+// (the watcher's notice's). A holder that ran that signal and then died with
+// another signal of the thread pending (the next one in its queue; its
+// notice followed the watcher, so it never tried the lease itself and is
+// nacked until the recovery interval) must still be taken over at the
+// lapse: the try looks at the inbox, not at the noted signal. Found by
+// review (helper 3, 2026-11-27): lapseTry skipped the try when the noted
+// signal was done, and the pending one waited for its notice to come back
+// (30s here; not run within 10s, 3 of 3).
+func TestLapseNotedSignalDone(t *testing.T) {
+	const thread = "lapse2"
+	b := inmem.New()
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	died := ghostHolder(t, b, thread, 600*time.Millisecond, 1500*time.Millisecond)
+	ran := make(chan string, 8)
+	rt, err := New(b, func(ctx context.Context, run *Run) error {
+		for _, s := range run.Signals {
+			ran <- s.ID
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				return nil
+			}
+			ran <- s.ID
+		}
+	}, WithLeaseTTL(15*time.Second), WithRecoveryInterval(30*time.Second), WithLinger(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = rt.Close(cctx)
+	})
+	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
+		t.Fatalf("send s1: %+v, %v", acc, err)
+	}
+	for rt.lapse.len() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if acc, err := rt.Send(ctx, thread, Signal{ID: "s2", Type: "msg"}); err != nil || acc.Action != Forwarded {
+		t.Fatalf("send s2: %+v, %v", acc, err)
+	}
+	time.Sleep(100 * time.Millisecond) // the watcher's next tries
+	rt.lapse.mu.Lock()
+	noted := rt.lapse.entries[thread].signal
+	rt.lapse.mu.Unlock()
+	other := map[string]string{"s1": "s2", "s2": "s1"}[noted]
+	t.Logf("lapse entry's signal: %s; the ghost ran it (done record), %s is pending", noted, other)
+	// The holder ran the noted signal (its done record says so) and died
+	// running the other.
+	if _, err := writeRecord(ctx, b, thread, "", []string{noted}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != other {
+			t.Fatalf("ran %s, want %s", id, other)
+		}
+		t.Logf("%s ran %v after the ghost stopped renewing", id, time.Since(time.Unix(0, died.Load())).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s not run 10s after the sends (ghost: lease 600ms, stopped renewing after 1.5s; lapse entries %d; recovery 30s)", other, rt.lapse.len())
+	}
+}
+
+// TestLapseKeptWhileWorkWaits: an entry stays while work waits for its
+// thread and another process holds it, however long after its notice's
+// try. Found by review (helper 3, 2026-11-27): the watch re-noted a thread
+// only while a notice had found it held within the last TTL (the
+// runtime's); with a recovery interval longer than the TTL (a valid
+// setting: TestSendToEndingTenure uses 1min/2s) the entry was forgotten
+// while the notice was still pending, and a holder that died after that
+// was taken over only when the notice came back (30s here; not run within
+// 10s, 3 of 3).
+func TestLapseKeptWhileWorkWaits(t *testing.T) {
+	const thread = "lapse3"
+	b := inmem.New()
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	died := ghostHolder(t, b, thread, 600*time.Millisecond, 3*time.Second)
+	ran := make(chan time.Time, 1)
+	rt, err := New(b, func(ctx context.Context, run *Run) error {
+		select {
+		case ran <- time.Now():
+		default:
+		}
+		return nil
+	}, WithLeaseTTL(time.Second), WithRecoveryInterval(30*time.Second), WithLinger(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = rt.Close(cctx)
+	})
+	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
+		t.Fatalf("send s1: %+v, %v", acc, err)
+	}
+	select {
+	case at := <-ran:
+		d := died.Load()
+		if d == 0 {
+			t.Fatal("ran while the ghost renewed")
+		}
+		t.Logf("ran %v after the ghost stopped renewing", at.Sub(time.Unix(0, d)).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not run 10s after the send (ghost: lease 600ms, stopped renewing after 3s; runtime TTL 1s; lapse entries %d; the notice is pending until the 30s recovery interval)", rt.lapse.len())
+	}
+}

@@ -958,7 +958,7 @@ func (g *groupSub) setBell(last *redis.XMessageSliceCmd, res []redis.XStream) {
 	g.bellCursor = cursor
 	r.mu.Unlock()
 	if fresh {
-		r.bl.wake() // a stream the shared read may not cover yet
+		r.wake() // a stream the shared read may not cover yet
 	}
 }
 

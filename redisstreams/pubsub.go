@@ -61,7 +61,8 @@ type streamBus struct {
 
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
-	readers map[string]*fanReader
+	readers map[string]*fanReader  // by reader group (readerGroup)
+	nodes   map[string]*nodeReader // by node key (nodeKey)
 	// stopping is set (under mu) by close before it waits for bg: no
 	// reader starts from then on (readerFor), so bg is never added to
 	// while close waits, even from a subscription Shutdown gave up on.
@@ -88,6 +89,7 @@ func (s *streamBus) init(b *Backend) {
 	s.goneTo = make(map[string]string)
 	s.goneSeq = make(map[string]uint64)
 	s.readers = make(map[string]*fanReader)
+	s.nodes = make(map[string]*nodeReader)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.acks.init(b)
 }
@@ -149,8 +151,8 @@ func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, er
 	s.cancel()
 	s.mu.Lock()
 	s.stopping = true
-	for _, r := range s.readers {
-		r.bl.wake()
+	for _, d := range s.nodes {
+		d.bl.wake()
 	}
 	s.mu.Unlock()
 	s.bg.Wait()
@@ -435,7 +437,7 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 		}
 		key := b.keys.Stream(p.Topic)
 		reqs[i] = &pubReq{key: key, fields: fields, group: p.Group, trim: b.bus.trimDue()}
-		if g, _ := b.bus.readerGroup(key); i == 0 {
+		if g := b.bus.readerGroup(key); i == 0 {
 			node = g
 		} else if g != node {
 			one = false
@@ -664,21 +666,38 @@ func (s *streamBus) lastStreamID(ctx context.Context, key string) (string, error
 	return "", fmt.Errorf("redisstreams: xinfo stream %q: %w", key, err)
 }
 
-// readerGroup returns which shared fan-out reader serves the stream key, and
-// how that reader gets its blocking connection: one for the whole standalone
-// (or Sentinel) client, one per hash slot on Cluster (keys of different slots
-// cannot share an XREAD), one per hash tag on other clients.
-func (s *streamBus) readerGroup(key string) (string, nodeFunc) {
+// readerGroup returns which shared fan-out reader (fanReader) serves the
+// stream key: one for the whole standalone (or Sentinel) client, one per
+// hash slot on Cluster (keys of different slots cannot share an XREAD), one
+// per hash tag on other clients.
+func (s *streamBus) readerGroup(key string) string {
+	switch s.b.client.(type) {
+	case *redis.Client:
+		return ""
+	case *redis.ClusterClient:
+		return fmt.Sprintf("slot:%d", keys.Slot(key))
+	default:
+		return "tag:" + keys.HashTag(key)
+	}
+}
+
+// nodeKey returns which node reader (nodeReader) reads for the fanReader of
+// the stream key: the one of the client on a standalone or Sentinel client,
+// on Cluster the one of the master that serves the key's slot now (its
+// address; "?" when the client's slot map cannot say, then the node reader
+// re-homes it when it connects), one per hash tag on other clients.
+func (s *streamBus) nodeKey(key string) string {
 	switch c := s.b.client.(type) {
 	case *redis.Client:
-		return "", func(context.Context) (*redis.Client, error) { return c, nil }
+		return ""
 	case *redis.ClusterClient:
-		slot := keys.Slot(key)
-		return fmt.Sprintf("slot:%d", slot), func(ctx context.Context) (*redis.Client, error) {
-			return c.MasterForKey(ctx, key)
+		node, err := c.MasterForKey(s.ctx, key)
+		if err != nil {
+			return "?"
 		}
+		return node.Options().Addr
 	default:
-		return "tag:" + keys.HashTag(key), nil
+		return "tag:" + keys.HashTag(key)
 	}
 }
 

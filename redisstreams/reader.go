@@ -97,6 +97,21 @@ func (bl *blocker) reset() {
 	}
 }
 
+// canUnblock reports whether the blocker's connection can be woken with
+// CLIENT UNBLOCK (it has a client id).
+func (bl *blocker) canUnblock() bool {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	return bl.clientID != 0
+}
+
+// connected reports whether the blocker holds its dedicated connection.
+func (bl *blocker) connected() bool {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	return bl.conn != nil
+}
+
 func (bl *blocker) arm() {
 	bl.mu.Lock()
 	bl.blocking = true
@@ -181,33 +196,96 @@ func (bl *blocker) unblock(done <-chan struct{}) {
 }
 
 // fanReader is the shared reader of one reader group (see
-// streamBus.readerGroup): one goroutine and one blocking connection issue
-// XREAD over every stream its fan-out subscriptions read or a group
-// subscription waits on, each from the smallest cursor among the fan-out
-// subscriptions that have room and the group subscriptions' bells; it
-// hands each entry to the fan-out subscriptions whose cursor is behind it
-// and rings the bells behind the newest entry of each stream (the group
-// subscription then reads with XREADGROUP itself).
+// streamBus.readerGroup: the whole client on a standalone or Sentinel
+// client, one hash slot on Cluster, one hash tag on a Ring): it reads with
+// XREAD every stream its fan-out subscriptions read or a group subscription
+// waits on, each from the smallest cursor among the fan-out subscriptions
+// that have room and the group subscriptions' bells; it hands each entry to
+// the fan-out subscriptions whose cursor is behind it and rings the bells
+// behind the newest entry of each stream (the group subscription then reads
+// with XREADGROUP itself). Its reads are made by the node reader that
+// serves it (nodeReader: one goroutine and one connection per Redis node),
+// one read at a time.
 type fanReader struct {
 	s     *streamBus
-	bl    *blocker
-	group string        // its key in streamBus.readers (readerGroup)
-	quit  chan struct{} // closed when it is retired
-	done  chan struct{} // closed when its loop returned (never, for one made while closing)
+	group string // its key in streamBus.readers (readerGroup)
+	key   string // a stream key of its group: where its node is looked up
+
+	// node is the node reader that reads for it now. It changes only when
+	// that node reader moves it (its hash slot went to another master,
+	// nodeReader.rehome), between two of its reads.
+	node atomic.Pointer[nodeReader]
 
 	mu      sync.Mutex
 	streams map[string]*fanStream
 	// retired (guarded by mu) is set once the reader served no stream any
 	// more and was taken out of streamBus.readers (retireIfIdle): nothing
-	// may be added to it, and its goroutines end.
+	// may be added to it, and its node reader forgets it.
 	retired bool
-	idle    chan struct{} // kicks passed on by the waker
 	// readSeq numbers the XREADs as they start; doneSeq is the last one
 	// over, its entries handed over (guarded by mu).
 	readSeq, doneSeq uint64
 
-	lastCheck time.Time
+	// lastCheck is when checkStreams last looked at its streams; lastData
+	// when a read of it last returned entries. Both belong to the node
+	// reader that reads for it.
+	lastCheck, lastData time.Time
 }
+
+// wake makes the node reader of r read r's inputs again soon.
+func (r *fanReader) wake() { r.node.Load().bl.wake() }
+
+// nodeReader makes the reads of the fanReaders of one Redis node: one
+// goroutine, one dedicated blocking connection (blocker) and its waker
+// goroutine. On a standalone or Sentinel client there is one, for the
+// single fanReader; on a Ring one per hash tag, for that tag's fanReader.
+// On Cluster there is one per master, for the fanReaders of the hash slots
+// it serves: keys of different slots cannot share one XREAD (CROSSSLOT), so
+// it reads them with one pipeline of non-blocking XREADs, one per slot
+// with entries to read, and when none returned anything it blocks on one
+// of them for clusterPoll at most before looking at all of them again. A
+// node reader serving a single slot blocks for BlockTime as the others do.
+// So a Backend holds one connection per node blocked in a read, however
+// many slots its subscriptions use.
+type nodeReader struct {
+	s       *streamBus
+	bl      *blocker
+	key     string               // its key in streamBus.nodes (nodeKey)
+	cluster *redis.ClusterClient // nil unless on Cluster: its fanReaders are re-homed after errors
+	quit    chan struct{}        // closed when it is retired
+	done    chan struct{}        // closed when its loop returned (never, for one made while closing)
+	idle    chan struct{}        // kicks passed on by the waker
+
+	// members are the fanReaders it reads for; retired is set once it
+	// serves none any more and was taken out of streamBus.nodes (no
+	// fanReader is added to it from then on). Both guarded by
+	// streamBus.mu.
+	members map[*fanReader]struct{}
+	retired bool
+
+	// dialKey is a stream key of one of the fanReaders of the current
+	// read, for its connection on Cluster (clusterNode). Loop only.
+	dialKey string
+	// pollWait is how long the next blocking read of poll lasts: from
+	// clusterPollMin after a read that returned entries, doubling with
+	// each poll that found none, up to clusterPoll. Loop only.
+	pollWait time.Duration
+}
+
+// clusterPollMin and clusterPoll bound the blocking read of a node reader
+// that serves several Cluster hash slots (see nodeReader.poll): it lasts
+// clusterPollMin after a read that returned entries and doubles with each
+// poll that found none, up to clusterPoll. So an entry in a slot other
+// than the one the node reader blocks on waits up to clusterPoll (while
+// the node was idle; less after recent traffic), plus a round trip, before
+// its read; and each poll of an idle node costs three round trips: one
+// pipeline of one non-blocking XREAD per slot read, the blocking XREAD and
+// the CLIENT UNBLOCK that ends it (TestClusterSharedNodeReaderLatency
+// measures the delays; see Backend.Subscribe).
+const (
+	clusterPollMin = 5 * time.Millisecond
+	clusterPoll    = 50 * time.Millisecond
+)
 
 type fanStream struct {
 	key, topic string
@@ -270,40 +348,96 @@ type fanMsg struct {
 }
 
 // readerFor returns the running shared reader for the stream key, starting
-// it when needed (once the bus is stopping, one that never runs).
+// it (and its node reader) when needed; once the bus is stopping, one that
+// is never read.
 func (s *streamBus) readerFor(key string) *fanReader {
-	group, node := s.readerGroup(key)
+	group := s.readerGroup(key)
+	s.mu.Lock()
+	r := s.readers[group]
+	s.mu.Unlock()
+	if r != nil {
+		return r
+	}
+	node := s.nodeKey(key) // on Cluster, a look at the client's slot map
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.readers[group]; r != nil {
 		return r
 	}
-	r := &fanReader{
+	r = &fanReader{
 		s:       s,
-		bl:      newBlocker(s.b, node),
 		group:   group,
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
+		key:     key,
 		streams: make(map[string]*fanStream),
-		idle:    make(chan struct{}, 1),
 	}
 	if s.stopping {
-		// Closing: a reader that never runs (its callers are stopping
-		// too), not started, so close's wait for bg is not raced.
+		// Closing: a reader that is never read (its callers are stopping
+		// too), on a node reader that is not started, so close's wait
+		// for bg is not raced.
+		r.node.Store(s.newNodeReader(node))
 		return r
 	}
 	s.readers[group] = r
+	d := s.nodeLocked(node)
+	d.members[r] = struct{}{}
+	r.node.Store(d)
+	return r
+}
+
+// newNodeReader returns a node reader for the node key, not started.
+func (s *streamBus) newNodeReader(key string) *nodeReader {
+	d := &nodeReader{
+		s:        s,
+		key:      key,
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		idle:     make(chan struct{}, 1),
+		members:  make(map[*fanReader]struct{}),
+		pollWait: clusterPollMin,
+	}
+	var node nodeFunc
+	switch c := s.b.client.(type) {
+	case *redis.Client:
+		node = func(context.Context) (*redis.Client, error) { return c, nil }
+	case *redis.ClusterClient:
+		d.cluster = c
+		node = d.clusterNode
+	}
+	d.bl = newBlocker(s.b, node)
+	return d
+}
+
+// nodeLocked returns the running node reader for the node key, starting it
+// when needed. The caller holds s.mu, and s is not stopping.
+func (s *streamBus) nodeLocked(key string) *nodeReader {
+	if d := s.nodes[key]; d != nil {
+		return d
+	}
+	d := s.newNodeReader(key)
+	s.nodes[key] = d
 	s.bg.Add(2)
 	go func() {
 		defer s.bg.Done()
-		defer close(r.done)
-		r.loop()
+		defer close(d.done)
+		d.loop()
 	}()
 	go func() {
 		defer s.bg.Done()
-		r.bl.waker(r.idle, r.done)
+		d.bl.waker(d.idle, d.done)
 	}()
-	return r
+	return d
+}
+
+// retireNodeLocked stops the node reader d and forgets it when it reads
+// for no fanReader any more. The caller holds s.mu.
+func (s *streamBus) retireNodeLocked(d *nodeReader) {
+	if len(d.members) > 0 || d.retired || s.nodes[d.key] != d {
+		return
+	}
+	d.retired = true
+	delete(s.nodes, d.key)
+	close(d.quit)
+	d.bl.wake() // out of a read it may still be blocked in
 }
 
 func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
@@ -353,7 +487,7 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 	sub.st = st
 	r.mu.Unlock()
 	s.add(sub) // after sub.r is set: flush and deletedUpTo use it
-	r.bl.wake()
+	r.wake()
 	return sub, nil
 }
 
@@ -408,7 +542,7 @@ func (f *fanSub) work() {
 		case m = <-f.ch:
 		}
 		if f.full.Load() && len(f.ch) <= cap(f.ch)/2 && f.full.CompareAndSwap(true, false) {
-			f.r.bl.wake()
+			f.r.wake()
 		}
 		f.handle(m)
 		f.busy.Add(-1)
@@ -433,7 +567,7 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	if covered && !gone {
 		// A read started before the deletion may have reached the server
 		// after it, past the waker's unblock retries: unblock it again.
-		f.r.bl.wake()
+		f.r.wake()
 	}
 	reached := compareStreamIDs(cursor, id) >= 0 || (floor != "" && compareStreamIDs(floor, id) >= 0) || gone
 	return reached && f.busy.Load() == 0, nil
@@ -462,9 +596,11 @@ func (f *fanSub) handle(m fanMsg) {
 // retireIfIdle stops the reader r and forgets it when it serves no stream
 // any more (its last subscription or bell left), so that a Backend keeps
 // no reader, and no goroutine, for the hash slots (Cluster) or tags (other
-// clients) it no longer reads. A later subscription starts a new one.
+// clients) it no longer reads: a node reader left with no fanReader stops
+// too. A later subscription starts a new one.
 func (s *streamBus) retireIfIdle(r *fanReader) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	r.mu.Lock()
 	idle := len(r.streams) == 0 && !r.retired && s.readers[r.group] == r
 	if idle {
@@ -472,71 +608,217 @@ func (s *streamBus) retireIfIdle(r *fanReader) {
 		delete(s.readers, r.group)
 	}
 	r.mu.Unlock()
-	s.mu.Unlock()
 	if idle {
-		close(r.quit)
-		r.bl.wake() // out of a read it may still be blocked in
+		d := r.node.Load()
+		delete(d.members, r)
+		s.retireNodeLocked(d)
 	}
 }
 
-// loop is the reader goroutine; it returns when the bus closes or the
-// reader is retired.
-func (r *fanReader) loop() {
-	defer r.bl.reset()
-	ctx := r.s.ctx
+// slotRead is one XREAD a node reader makes: for the fanReader r, over
+// streams (XREAD's STREAMS arguments, from fanReader.args).
+type slotRead struct {
+	r       *fanReader
+	streams []string
+}
+
+// loop is the node reader's goroutine; it returns when the bus closes or
+// the node reader is retired.
+func (d *nodeReader) loop() {
+	defer d.bl.reset()
+	ctx := d.s.ctx
 	bo := newRetry()
 	for ctx.Err() == nil {
-		r.bl.arm()
-		streams := r.args()
-		if len(streams) == 0 {
-			r.bl.disarm()
-			r.bl.reset() // hold no connection while idle
+		if d.cluster != nil && !d.bl.connected() {
+			// Dialling anew (the start, after an error or idling): first
+			// hand the slots that another master serves now to its node
+			// reader.
+			d.rehome(ctx)
+		}
+		d.bl.arm()
+		var reads []slotRead
+		for _, r := range d.membersNow() {
+			if streams := r.args(); len(streams) > 0 {
+				reads = append(reads, slotRead{r, streams})
+			}
+		}
+		if len(reads) == 0 {
+			d.bl.disarm()
+			d.bl.reset() // hold no connection while idle
 			select {
 			case <-ctx.Done():
-			case <-r.quit:
+			case <-d.quit:
 				return
-			case <-r.idle:
+			case <-d.idle:
 			}
 			continue
 		}
-		cmd, block, err := r.bl.cmd(ctx)
+		d.dialKey = reads[0].r.key
+		cmd, block, err := d.bl.cmd(ctx)
 		if err != nil {
-			r.bl.disarm()
-			r.fail(ctx, err, &bo)
+			d.bl.disarm()
+			d.fail(ctx, err, &bo)
 			continue
 		}
-		if !r.bl.fresh() {
+		if !d.bl.fresh() {
 			// A subscription came or went while the connection was being
 			// set up: read the stream list again.
-			r.bl.disarm()
+			d.bl.disarm()
 			continue
 		}
-		r.mu.Lock()
-		r.readSeq++
-		seq := r.readSeq
-		r.mu.Unlock()
-		res, err := cmd.XRead(ctx, &redis.XReadArgs{
-			Streams: streams,
-			Count:   int64(r.s.b.opts.BatchSize),
-			Block:   block,
-		}).Result()
-		r.bl.disarm()
+		if len(reads) == 1 {
+			err = d.read(ctx, cmd, reads[0], block)
+		} else {
+			err = d.poll(ctx, cmd, reads, block)
+		}
+		if err != nil {
+			d.fail(ctx, err, &bo)
+			continue
+		}
+		bo.Reset()
+		d.checkStreams(ctx, cmd)
+	}
+}
+
+// membersNow returns the fanReaders d reads for.
+func (d *nodeReader) membersNow() []*fanReader {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	rs := make([]*fanReader, 0, len(d.members))
+	for r := range d.members {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// read makes the blocking XREAD of one fanReader, for up to block, and
+// disarms the blocker as it returns. It returns the read's error, if any.
+func (d *nodeReader) read(ctx context.Context, cmd redis.Cmdable, sr slotRead, block time.Duration) error {
+	r := sr.r
+	seq := r.startRead()
+	res, err := cmd.XRead(ctx, &redis.XReadArgs{
+		Streams: sr.streams,
+		Count:   int64(d.s.b.opts.BatchSize),
+		Block:   block,
+	}).Result()
+	d.bl.disarm()
+	switch {
+	case err == redis.Nil:
+	case err != nil:
+		r.readDone(seq)
+		return err
+	default:
+		r.dispatch(res)
+		r.lastData = time.Now()
+		d.pollWait = clusterPollMin
+	}
+	r.readDone(seq)
+	return nil
+}
+
+// poll reads for several fanReaders (Cluster hash slots of one node): one
+// pipeline of non-blocking XREADs, one per slot; when none of them returned
+// an entry and nothing changed meanwhile, a blocking read of the slot that
+// last had entries (or else reads the most streams) for pollWait (at most
+// clusterPoll), so that the other slots are looked at again soon. An entry added
+// to a slot after its XREAD of the pipeline waits for the next poll; one
+// added to the slot blocked on ends the wait at once. It disarms the
+// blocker before it returns, and returns the first error (a redirection
+// first), after handing over what the other reads brought.
+func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRead, block time.Duration) error {
+	pipe := cmd.Pipeline()
+	seqs := make([]uint64, len(reads))
+	cmds := make([]*redis.XStreamSliceCmd, len(reads))
+	for i, sr := range reads {
+		seqs[i] = sr.r.startRead()
+		cmds[i] = pipe.XRead(ctx, &redis.XReadArgs{
+			Streams: sr.streams,
+			Count:   int64(d.s.b.opts.BatchSize),
+			Block:   -1, // no BLOCK
+		})
+	}
+	_, _ = pipe.Exec(ctx)
+	var failed error
+	got := false
+	now := time.Now()
+	for i, sr := range reads {
+		res, err := cmds[i].Result()
 		switch {
 		case err == redis.Nil:
-			bo.Reset()
 		case err != nil:
-			r.readDone(seq)
-			r.fail(ctx, err, &bo)
-			continue
+			if failed == nil || isMoved(err) && !isMoved(failed) {
+				failed = err
+			}
 		default:
-			bo.Reset()
-			r.dispatch(res)
+			sr.r.dispatch(res)
+			sr.r.lastData = now
+			got = true
+			d.pollWait = clusterPollMin
 		}
-		r.readDone(seq)
-		if time.Since(r.lastCheck) >= r.s.b.opts.BlockTime {
-			r.checkStreams(ctx, cmd)
+		sr.r.readDone(seqs[i])
+	}
+	if failed != nil || got || !d.bl.fresh() {
+		// Read again at once: more may have come, or the inputs changed
+		// (a wake after fresh is an unblock the block below gets).
+		d.bl.disarm()
+		return failed
+	}
+	next := reads[0]
+	for _, sr := range reads[1:] {
+		if sr.r.lastData.After(next.r.lastData) || sr.r.lastData.Equal(next.r.lastData) && len(sr.streams) > len(next.streams) {
+			next = sr
 		}
 	}
+	wait := min(block, d.pollWait)
+	d.pollWait = min(2*d.pollWait, clusterPoll)
+	if !d.bl.canUnblock() {
+		return d.read(ctx, cmd, next, wait)
+	}
+	// Redis ends a BLOCK only at a tick of its timer (every 100ms at the
+	// default hz of 10: a BLOCK of 50ms lasts 90-100ms on an idle
+	// server), so the read is ended after wait with CLIENT UNBLOCK (the
+	// waker's); its BLOCK, longer, is a safety net.
+	timer := time.AfterFunc(wait, d.bl.wake)
+	defer timer.Stop()
+	return d.read(ctx, cmd, next, min(block, 4*clusterPoll))
+}
+
+// rehome hands each of d's fanReaders whose hash slot another master
+// serves now (after a failover or a slot migration, as the client's slot
+// map says) to that master's node reader. Only d's loop calls it, between
+// its reads, so that no fanReader is ever read by two node readers at once.
+func (d *nodeReader) rehome(ctx context.Context) {
+	for _, r := range d.membersNow() {
+		cli, err := d.cluster.MasterForKey(ctx, r.key)
+		if err != nil {
+			continue // where it is for now; tried again after the next error
+		}
+		if addr := cli.Options().Addr; addr != d.key {
+			d.s.move(r, d, addr)
+		}
+	}
+}
+
+// move hands the fanReader r from the node reader from to the one of the
+// node key to, starting it when needed.
+func (s *streamBus) move(r *fanReader, from *nodeReader, to string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := from.members[r]; !ok || s.stopping {
+		return
+	}
+	delete(from.members, r)
+	d := s.nodeLocked(to)
+	d.members[r] = struct{}{}
+	r.node.Store(d)
+	s.retireNodeLocked(from)
+	d.bl.wake()
+}
+
+// clusterNode is the nodeFunc of a node reader on Cluster: the master of
+// the current read's slot.
+func (d *nodeReader) clusterNode(ctx context.Context) (*redis.Client, error) {
+	return d.cluster.MasterForKey(ctx, d.dialKey)
 }
 
 // deletedUpTo records that DeleteTopic of this Backend deleted the stream
@@ -571,7 +853,7 @@ func (s *streamBus) deletedUpTo(key, last string) {
 		f.markGone(last, seq)
 		if !woke[f.r] {
 			woke[f.r] = true
-			f.r.bl.wake()
+			f.r.wake()
 		}
 	}
 }
@@ -596,14 +878,22 @@ func (r *fanReader) readDone(seq uint64) {
 	r.mu.Unlock()
 }
 
-func (r *fanReader) fail(ctx context.Context, err error, bo *backoff.Backoff) {
+// startRead numbers a read of r as it starts (see fanSub.gone).
+func (r *fanReader) startRead() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.readSeq++
+	return r.readSeq
+}
+
+func (d *nodeReader) fail(ctx context.Context, err error, bo *backoff.Backoff) {
 	if ctx.Err() != nil {
 		return
 	}
-	r.s.b.opts.Logger.Warn("redisstreams: fan-out read failed; retrying", "err", err)
-	r.bl.reset()
+	d.s.b.opts.Logger.Warn("redisstreams: fan-out read failed; retrying", "err", err)
+	d.bl.reset() // the next read re-homes the slots first (Cluster)
 	if isMoved(err) {
-		r.s.reloadCluster(ctx)
+		d.s.reloadCluster(ctx)
 	}
 	_ = backoff.Sleep(ctx, bo.Next())
 }
@@ -734,12 +1024,40 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 	}
 }
 
+// checkStreams looks at the streams of the fanReaders of d that were not
+// looked at for BlockTime (fanReader.checkStreams), in one pipeline.
+func (d *nodeReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
+	now := time.Now()
+	var pipe redis.Pipeliner
+	var applies []func()
+	for _, r := range d.membersNow() {
+		if now.Sub(r.lastCheck) < d.s.b.opts.BlockTime {
+			continue
+		}
+		r.lastCheck = now
+		if pipe == nil {
+			pipe = cmd.Pipeline()
+		}
+		if apply := r.checkStreams(ctx, pipe); apply != nil {
+			applies = append(applies, apply)
+		}
+	}
+	if len(applies) == 0 {
+		return
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, apply := range applies {
+		apply()
+	}
+}
+
 // checkStreams notices streams deleted (or recreated with lower ids) under
 // the reader: XREAD on a missing key just blocks, and a recreated stream
 // may restart below a cursor. The cursors of such streams go back to 0, so
-// that everything in the stream when it reappears is delivered.
-func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
-	r.lastCheck = time.Now()
+// that everything in the stream when it reappears is delivered. It queues
+// its XINFO STREAM commands on pipe and returns what to do once pipe ran
+// (nil when it has nothing to look at).
+func (r *fanReader) checkStreams(ctx context.Context, pipe redis.Pipeliner) (apply func()) {
 	type snap struct {
 		sub    *fanSub
 		cursor string
@@ -765,9 +1083,8 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 	}
 	r.mu.Unlock()
 	if len(snaps) == 0 && len(bells) == 0 {
-		return
+		return nil
 	}
-	pipe := cmd.Pipeline()
 	infos := make(map[string]*redis.XInfoStreamCmd, len(snaps)+len(bells))
 	for key := range snaps {
 		infos[key] = pipe.XInfoStream(ctx, key)
@@ -777,46 +1094,47 @@ func (r *fanReader) checkStreams(ctx context.Context, cmd redis.Cmdable) {
 			infos[key] = pipe.XInfoStream(ctx, key)
 		}
 	}
-	_, _ = pipe.Exec(ctx)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for key, cmd := range infos {
-		info, err := cmd.Result()
-		last := ""
-		switch {
-		case err == nil:
-			last = info.LastGeneratedID
-		case isNoSuchKey(err):
-			last = "0-0"
-		default:
-			continue // unknown: check again later
-		}
-		lowest := ""
-		for _, sn := range snaps[key] {
-			if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
-				sn.sub.cursor = "0-0"
-				if sn.sub.floor == "" || compareStreamIDs(sn.cursor, sn.sub.floor) > 0 {
-					sn.sub.floor = sn.cursor
-				}
-				if lowest == "" || compareStreamIDs(sn.cursor, lowest) < 0 {
-					lowest = sn.cursor
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for key, cmd := range infos {
+			info, err := cmd.Result()
+			last := ""
+			switch {
+			case err == nil:
+				last = info.LastGeneratedID
+			case isNoSuchKey(err):
+				last = "0-0"
+			default:
+				continue // unknown: check again later
+			}
+			lowest := ""
+			for _, sn := range snaps[key] {
+				if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
+					sn.sub.cursor = "0-0"
+					if sn.sub.floor == "" || compareStreamIDs(sn.cursor, sn.sub.floor) > 0 {
+						sn.sub.floor = sn.cursor
+					}
+					if lowest == "" || compareStreamIDs(sn.cursor, lowest) < 0 {
+						lowest = sn.cursor
+					}
 				}
 			}
-		}
-		if lowest != "" {
-			// Deleted (DeleteTopic, StreamIdleTTL, a server that lost
-			// it) or recreated lower: what this Backend wrote up to the
-			// cursors was handed over or is gone, and is no Flush target
-			// any more. A write above them may be in the stream as it is
-			// now: Flush still waits for it.
-			r.s.forgetWrites(key, lowest)
-		}
-		for _, b := range bells[key] {
-			// Deleted or recreated lower: the subscription reads again
-			// (finding its group gone, it recreates it).
-			if b.g.bellCursor == b.cursor && compareStreamIDs(last, b.cursor) < 0 {
-				b.g.bellCursor = "0-0"
-				b.g.ring()
+			if lowest != "" {
+				// Deleted (DeleteTopic, StreamIdleTTL, a server that lost
+				// it) or recreated lower: what this Backend wrote up to the
+				// cursors was handed over or is gone, and is no Flush target
+				// any more. A write above them may be in the stream as it is
+				// now: Flush still waits for it.
+				r.s.forgetWrites(key, lowest)
+			}
+			for _, b := range bells[key] {
+				// Deleted or recreated lower: the subscription reads again
+				// (finding its group gone, it recreates it).
+				if b.g.bellCursor == b.cursor && compareStreamIDs(last, b.cursor) < 0 {
+					b.g.bellCursor = "0-0"
+					b.g.ring()
+				}
 			}
 		}
 	}

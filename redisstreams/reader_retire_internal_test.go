@@ -10,7 +10,7 @@ import (
 
 // TestSubscribeAfterReaderRetiredUnderIt: a fan-out Subscribe finds the
 // shared reader, then the reader's last subscription leaves and retires it
-// (its loop is over) before the new subscription attaches. The new
+// (its node reader's loop is over) before the new subscription attaches. The new
 // subscription must go to a new reader (and get events), not to the
 // stopped one.
 func TestSubscribeAfterReaderRetiredUnderIt(t *testing.T) {
@@ -21,7 +21,7 @@ func TestSubscribeAfterReaderRetiredUnderIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := first.(*fanSub).r
+	old := first.(*fanSub).r.node.Load() // on NewURL, the reader's node reader serves it alone
 	hits := 0
 	hook := func() {
 		hits++

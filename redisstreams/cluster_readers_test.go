@@ -1,0 +1,216 @@
+package redisstreams
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/keys"
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// TestClusterReadersBoundedPerNode: on a 3-master Cluster, with a
+// ClusterClient of go-redis's default options (a pool of 10 per GOMAXPROCS
+// per node), 200 group subscriptions and 40 fan-out subscriptions on 200
+// topics (about 200 hash slots, some 67 per node) get every event: each
+// group event exactly once, each fan-out event once per subscription; the
+// client's pool never times out, and each node holds at most one
+// connection of the Backend blocked in a read (its node reader), however
+// many slots it serves. Before the readers were per node (one per hash
+// slot, each holding a pooled connection in a blocking XREAD), the pool ran
+// dry: Subscribe failed or events stayed undelivered, with pool timeouts.
+func TestClusterReadersBoundedPerNode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t) // go-redis's defaults, as a user builds it
+	b := psBackend(t, c, Options{})
+	ctx := context.Background()
+	const topics, fanouts, rounds = 200, 40, 3
+	topic := func(i int) string { return fmt.Sprint("nodes.t", i) }
+	slots := map[uint16]bool{}
+	for i := range topics {
+		slots[keys.Slot(b.keys.Stream(topic(i)))] = true
+	}
+	var (
+		mu    sync.Mutex
+		group = map[string]int{} // event id → group deliveries
+		fan   = map[string]int{} // event id → fan-out deliveries
+		left  atomic.Int64       // deliveries still to come
+	)
+	left.Store(topics*rounds + fanouts*rounds)
+	done := make(chan struct{})
+	count := func(m map[string]int) pubsub.Handler {
+		return func(_ context.Context, e pubsub.Event) error {
+			mu.Lock()
+			m[e.ID]++
+			mu.Unlock()
+			if left.Add(-1) == 0 {
+				close(done)
+			}
+			return nil
+		}
+	}
+	for i := range topics {
+		if _, err := b.Subscribe(ctx, topic(i), count(group), pubsub.Group("g")); err != nil {
+			t.Fatalf("group subscription %d: %v", i, err)
+		}
+		if i%(topics/fanouts) == 0 {
+			if _, err := b.Subscribe(ctx, topic(i), count(fan)); err != nil {
+				t.Fatalf("fan-out subscription %d: %v", i, err)
+			}
+		}
+	}
+	blocked := func() map[string]int {
+		out := map[string]int{}
+		for _, n := range cl.Nodes() {
+			_, k, err := redistest.ClientStats(ctx, n.Client(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n.Addr()] = k
+		}
+		return out
+	}
+	most := map[string]int{}
+	note := func() {
+		for addr, k := range blocked() {
+			most[addr] = max(most[addr], k)
+		}
+	}
+	for r := range rounds {
+		for i := range topics {
+			if err := b.Publish(ctx, topic(i), pubsub.Event{ID: fmt.Sprint(r, "-", i), Type: "x"}); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+		}
+		note()
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Errorf("%d deliveries missing after 1m", left.Load())
+	}
+	note()
+	timeouts := c.PoolStats().Timeouts
+	t.Logf("%d topics in %d slots; most connections blocked in a read per node: %v; pool timeouts: %d", topics, len(slots), most, timeouts)
+	if timeouts != 0 {
+		t.Errorf("%d pool timeouts, want 0", timeouts)
+	}
+	for addr, k := range most {
+		if k > 1 {
+			t.Errorf("node %s: %d connections blocked in reads, want at most 1 (its node reader)", addr, k)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for r := range rounds {
+		for i := range topics {
+			id := fmt.Sprint(r, "-", i)
+			if group[id] != 1 {
+				t.Errorf("event %s delivered %d times to the group, want 1", id, group[id])
+			}
+			want := 0
+			if i%(topics/fanouts) == 0 {
+				want = 1
+			}
+			if fan[id] != want {
+				t.Errorf("event %s delivered %d times to fan-out subscriptions, want %d", id, fan[id], want)
+			}
+		}
+	}
+}
+
+// TestClusterSharedNodeReaderLatency: on a 3-master Cluster a fan-out
+// subscription and a group subscription on each of 30 topics (30 slots,
+// about 10 per node, so each node reader polls several slots and blocks on
+// one), one event at a time published to each topic in turn: every event
+// reaches both subscriptions within a generous bound (1s; the poll interval
+// is clusterPoll), whichever slot its node reader was blocked on. The
+// measured latencies are logged.
+func TestClusterSharedNodeReaderLatency(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	b := psBackend(t, c, Options{})
+	ctx := context.Background()
+	const topics, rounds = 30, 4
+	topic := func(i int) string { return fmt.Sprint("lat.t", i) }
+	type arrival struct {
+		id    string
+		group bool
+		at    time.Time
+	}
+	got := make(chan arrival, 64)
+	for i := range topics {
+		for _, group := range []bool{false, true} {
+			var opts []pubsub.SubscribeOption
+			if group {
+				opts = append(opts, pubsub.Group("g"))
+			}
+			if _, err := b.Subscribe(ctx, topic(i), func(_ context.Context, e pubsub.Event) error {
+				got <- arrival{e.ID, group, time.Now()}
+				return nil
+			}, opts...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Every node reader serves several slots.
+	perNode := map[string]int{}
+	for i := range topics {
+		node, err := c.MasterForKey(ctx, b.keys.Stream(topic(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perNode[node.Options().Addr]++
+	}
+	for addr, n := range perNode {
+		if n < 2 {
+			t.Fatalf("node %s serves %d of the topics; pick others", addr, n)
+		}
+	}
+	// Let the group subscriptions hang their bells (their first read).
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lat, fanLat, groupLat []time.Duration
+	for r := range rounds {
+		for i := range topics {
+			id := fmt.Sprint(r, "-", i)
+			sent := time.Now()
+			if err := b.Publish(ctx, topic(i), pubsub.Event{ID: id, Type: "x"}); err != nil {
+				t.Fatal(err)
+			}
+			for seen := map[bool]bool{}; len(seen) < 2; {
+				select {
+				case a := <-got:
+					if a.id != id || seen[a.group] {
+						t.Fatalf("got %s (group %v) while waiting for %s", a.id, a.group, id)
+					}
+					seen[a.group] = true
+					lat = append(lat, a.at.Sub(sent))
+					if a.group {
+						groupLat = append(groupLat, a.at.Sub(sent))
+					} else {
+						fanLat = append(fanLat, a.at.Sub(sent))
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("event %s not delivered to both subscriptions within 10s", id)
+				}
+			}
+		}
+	}
+	q := func(l []time.Duration, p float64) time.Duration {
+		slices.Sort(l)
+		return l[int(p*float64(len(l)-1))].Round(100 * time.Microsecond)
+	}
+	t.Logf("%d topics (%v per node), one event at a time: fan-out p50 %v, p90 %v, max %v; group p50 %v, p90 %v, max %v",
+		topics, perNode, q(fanLat, 0.5), q(fanLat, 0.9), q(fanLat, 1), q(groupLat, 0.5), q(groupLat, 0.9), q(groupLat, 1))
+	slices.Sort(lat)
+	if worst := lat[len(lat)-1]; worst > time.Second {
+		t.Fatalf("slowest delivery %v, want within 1s", worst)
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/internal/redistest"
@@ -212,5 +215,162 @@ func TestClusterSharedNodeReaderLatency(t *testing.T) {
 	slices.Sort(lat)
 	if worst := lat[len(lat)-1]; worst > time.Second {
 		t.Fatalf("slowest delivery %v, want within 1s", worst)
+	}
+}
+
+// TestClusterReaderFollowsSlotMigration: a fan-out and a group subscription
+// on a topic whose hash slot is migrated to another master (CLUSTER SETSLOT
+// IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE on every node), while a second
+// topic keeps the old master's node reader serving a slot: the slot's
+// reader is handed to the new master's node reader, every event published
+// before and after the migration is delivered once to each subscription,
+// and no node holds more than one connection of the Backend blocked in a
+// read.
+func TestClusterReaderFollowsSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	b := psBackend(t, c, Options{})
+	ctx := context.Background()
+	nodeOf := func(topic string) string {
+		n, err := c.MasterForKey(ctx, b.keys.Stream(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Options().Addr
+	}
+	const moving = "mig.a"
+	src := nodeOf(moving)
+	stay := "" // another topic on the same master, in another slot
+	for i := 0; stay == ""; i++ {
+		if tp := fmt.Sprint("mig.b", i); nodeOf(tp) == src && keys.Slot(b.keys.Stream(tp)) != keys.Slot(b.keys.Stream(moving)) {
+			stay = tp
+		}
+	}
+	var mu sync.Mutex
+	got := map[string]int{} // "fan/"+id or "group/"+id → deliveries
+	arrived := make(chan struct{}, 64)
+	handler := func(kind string) pubsub.Handler {
+		return func(_ context.Context, e pubsub.Event) error {
+			mu.Lock()
+			got[kind+"/"+e.ID]++
+			mu.Unlock()
+			arrived <- struct{}{}
+			return nil
+		}
+	}
+	for _, tp := range []string{moving, stay} {
+		if _, err := b.Subscribe(ctx, tp, handler("fan")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Subscribe(ctx, tp, handler("group"), pubsub.Group("g")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 0
+	publish := func(tp, id string) {
+		t.Helper()
+		if err := b.Publish(ctx, tp, pubsub.Event{ID: id, Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		want += 2
+	}
+	wait := func() {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			mu.Lock()
+			n := 0
+			for _, k := range got {
+				n += k
+			}
+			mu.Unlock()
+			if n >= want {
+				return
+			}
+			select {
+			case <-arrived:
+			case <-deadline:
+				t.Fatalf("%d of %d deliveries within 30s: %v", n, want, got)
+			}
+		}
+	}
+	publish(moving, "before")
+	publish(stay, "stay-before")
+	wait()
+
+	// Migrate the slot of moving from src to another master.
+	admin := map[string]*redis.Client{}
+	ids := map[string]string{}
+	for _, n := range cl.Nodes() {
+		a := n.Client(t)
+		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin[n.Addr()], ids[n.Addr()] = a, id
+	}
+	dst := ""
+	for addr := range admin {
+		if addr != src {
+			dst = addr
+			break
+		}
+	}
+	slot := int(keys.Slot(b.keys.Stream(moving)))
+	do := func(addr string, args ...any) {
+		t.Helper()
+		if err := admin[addr].Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%s on %s: %v", args, addr, err)
+		}
+	}
+	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
+	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
+	ks, err := admin[src].ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+	if err != nil || len(ks) == 0 {
+		t.Fatalf("keys in slot %d: %v, %v", slot, ks, err)
+	}
+	host, port, _ := strings.Cut(dst, ":")
+	for _, k := range ks {
+		if err := admin[src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
+			t.Fatalf("MIGRATE %s: %v", k, err)
+		}
+	}
+	for addr := range admin {
+		do(addr, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+	}
+	t.Logf("slot %d (%d keys) moved from %s to %s", slot, len(ks), src, dst)
+
+	for i := range 5 {
+		publish(moving, fmt.Sprint("after-", i))
+		publish(stay, fmt.Sprint("stay-after-", i))
+	}
+	wait()
+	b.bus.mu.Lock()
+	r := b.bus.readers[fmt.Sprint("slot:", slot)]
+	b.bus.mu.Unlock()
+	if r == nil {
+		t.Fatal("no reader for the migrated slot")
+	}
+	if at := r.node.Load().key; at != dst {
+		t.Errorf("the migrated slot's reader is read by the node reader of %s, want %s", at, dst)
+	}
+	for addr, a := range admin {
+		_, k, err := redistest.ClientStats(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > 1 {
+			t.Errorf("node %s: %d connections blocked in reads, want at most 1", addr, k)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for key, n := range got {
+		if n != 1 {
+			t.Errorf("%s delivered %d times, want once", key, n)
+		}
+	}
+	if len(got) != want {
+		t.Errorf("%d distinct deliveries, want %d: %v", len(got), want, got)
 	}
 }

@@ -69,6 +69,22 @@
 // creates the group and the guard is never retried by go-redis: when it
 // times out, Subscribe fails (TestLateGuardCreateFailsSubscribe).
 //
+// # Connections
+//
+// A Backend's reads hold at most one connection per Redis node blocked in
+// a read, however many subscriptions and topics it has: one for a
+// standalone or Sentinel client, one per master on Cluster. Group
+// subscriptions hold none (they read without BLOCK on the client's pool
+// when the shared reader rings them). On Cluster, keys of different hash
+// slots cannot share one XREAD: a master's reader that serves several
+// slots reads them with one pipeline of non-blocking XREADs and blocks on
+// one of them for a short poll (5ms after traffic, up to 50ms when idle),
+// so an event in another slot may wait up to 50ms more, and an idle master
+// costs about 60 round trips a second (measured in
+// TestClusterSharedNodeReaderLatency; figures in [Backend.Subscribe] and
+// BENCHMARKS.md). A Ring is not bounded this way: each topic's reader
+// takes a pooled connection for each of its reads.
+//
 // # Redeliveries
 //
 // A nacked entry of a group subscription with a Concurrency above 1 stays

@@ -465,27 +465,44 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // XREAD from an explicit id, resolved before Subscribe returns (the stream's
 // last id for StartFrom(Latest), 0 for Earliest), so no consumer group or
 // pending list is created. All fan-out subscriptions of a Backend on a
-// standalone or Sentinel client share one blocking connection (on Cluster,
-// one per hash slot; on other clients, such as a Ring, one per topic, polling
-// every 100ms at most; each such reader, and its goroutines, stops once its
-// last subscription or group bell left: TestReadersRetireWithTheirLastSubscription);
-// a new subscription wakes it with CLIENT UNBLOCK. A
-// failing fan-out delivery is retried locally after pubsub.RedeliveryDelay
-// and, after MaxDeliveries attempts, published to the dead-letter topic
-// (pubsub.Policy).
+// standalone or Sentinel client share one blocking connection; on Cluster,
+// one per master (see below); on other clients, such as a Ring, each topic
+// gets a reader of its own on the client's pool, polling every 100ms at
+// most. Each reader, and its goroutines, stops once its last subscription
+// or group bell left (TestReadersRetireWithTheirLastSubscription); a new
+// subscription wakes it with CLIENT UNBLOCK. A failing fan-out delivery is
+// retried locally after pubsub.RedeliveryDelay and, after MaxDeliveries
+// attempts, published to the dead-letter topic (pubsub.Policy).
 //
-// So on Cluster (and on a Ring) the blocking reads are not bounded per
-// node: each hash slot (each topic on a Ring) with a fan-out subscription
-// or a plain group subscription holds one of the client's pooled
-// connections. With go-redis's default pool (10 per GOMAXPROCS per node)
-// and more such slots than that per node, reads and other commands wait
-// for the pool and fail with "connection pool timeout" (200 group
-// subscriptions on 200 topics of a 3-master Cluster, default
-// ClusterClient: thousands of such failures, 2026-11-23). Size
-// ClusterOptions.PoolSize above the number of slots your subscriptions
-// use per node; a group subscription with pubsub.ReadOnDemand holds no
-// reader (it reads when kicked, see below). The signals runtime holds
-// readers only for its work and control topics (two slots).
+// On Cluster a Backend holds at most one connection per master blocked in
+// a read, however many hash slots its fan-out subscriptions and plain
+// group subscriptions use (TestClusterReadersBoundedPerNode: 200 group and
+// 40 fan-out subscriptions on 200 slots of a 3-master Cluster, default
+// ClusterClient: at most 1 per node, no pool timeout; before, one pooled
+// connection per slot ran the default pool of 10 per GOMAXPROCS dry and
+// Subscribe failed with "connection pool timeout"). Keys of different
+// slots cannot share an XREAD, so a master's reader that serves one slot
+// blocks on it for BlockTime, as on a standalone client, and one that
+// serves several reads them all with one pipeline of non-blocking XREADs
+// and, when nothing came, blocks on the slot that last had entries for a
+// short poll, ended with CLIENT UNBLOCK: 5ms after entries came, doubling
+// while none come, up to 50ms. The trade-off: an entry in a slot other
+// than the one blocked on waits up to 50ms (less after recent traffic),
+// plus a few round trips, where a reader of its own would have had it at
+// once; and an idle master costs about 60 round trips a second per
+// Backend instead of one per BlockTime (TestClusterSharedNodeReaderLatency,
+// 30 topics on 3 masters, one event at a time, without -race:
+// delivery p50 8-16ms, p90 38-45ms, max 50-94ms in five runs; 57-66 round
+// trips per master in an idle second; see BENCHMARKS.md). A slot that
+// moves to another master (a failover, a migration) is read by that
+// master's reader once the old one's read failed with a redirection
+// (TestClusterReaderFollowsSlotMigration). On a Ring the reads are not
+// bounded per shard: each topic with a fan-out subscription or a plain
+// group subscription holds one of the client's pooled connections in each
+// of its reads (of 100ms at most), so size RingOptions.PoolSize above the
+// number of such topics per shard. A group subscription with
+// pubsub.ReadOnDemand holds no bell (it reads when kicked, see below). The
+// signals runtime reads its work and control topics (two slots).
 //
 // With pubsub.Group the subscription is one consumer of a Redis consumer
 // group (created with MKSTREAM at "$" for Latest or "0" for Earliest; an
@@ -499,7 +516,7 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // with XREVRANGE in the same pipeline), or for BlockTime at most. So a
 // Backend holds one connection blocked in a read on a standalone or Sentinel
 // client however many subscriptions it has (TestGroupSubscriptionsShareOneReader:
-// 500 group subscriptions, one). The reads of a Backend's group
+// 500 group subscriptions, one), and one per master on Cluster. The reads of a Backend's group
 // subscriptions are coalesced like publishes: reads that come while two
 // batches are in flight go out together in the next pipeline, so many
 // subscriptions reading at once cost a few round trips. With

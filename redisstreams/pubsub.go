@@ -491,9 +491,10 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // plus a few round trips, where a reader of its own would have had it at
 // once; and an idle master costs about 60 round trips a second per
 // Backend instead of one per BlockTime (TestClusterSharedNodeReaderLatency,
-// 30 topics on 3 masters, one event at a time, without -race:
-// delivery p50 8-16ms, p90 38-45ms, max 50-94ms in five runs; 57-66 round
-// trips per master in an idle second; see BENCHMARKS.md). A slot that
+// 30 topics on 3 masters, one event at a time, without -race, five runs:
+// delivery p50 10-12ms, p90 37-46ms, max 51-99ms, against 0.1-0.3ms, 0.2-0.4ms
+// and 4ms at most with a reader per slot; 57-67 round trips per master in
+// an idle second; see BENCHMARKS.md). A slot that
 // moves to another master (a failover, a migration) is read by that
 // master's reader once the old one's read failed with a redirection
 // (TestClusterReaderFollowsSlotMigration). On a Ring the reads are not

@@ -243,7 +243,8 @@ func (r *fanReader) wake() { r.node.Load().bl.wake() }
 // it serves: keys of different slots cannot share one XREAD (CROSSSLOT), so
 // it reads them with one pipeline of non-blocking XREADs, one per slot
 // with entries to read, and when none returned anything it blocks on one
-// of them for clusterPoll at most before looking at all of them again. A
+// of them for a short poll (pollWait, clusterPoll at most) before looking
+// at all of them again. A
 // node reader serving a single slot blocks for BlockTime as the others do.
 // So a Backend holds one connection per node blocked in a read, however
 // many slots its subscriptions use.

@@ -82,9 +82,9 @@ type Options struct {
 	// Default DefaultMaxEventSize.
 	MaxEventSize int
 	// BlockTime is how long the Backend's shared blocking read (XREAD)
-	// waits before it is issued again (on Cluster, by a master's reader
-	// that serves a single hash slot; one that serves several polls them
-	// every 50ms at most, see Backend.Subscribe), and how long a group subscription
+	// waits before it is issued again (on Cluster, by a reader that
+	// serves a single hash slot; one that serves several polls them every
+	// 50ms at most, see Backend.Subscribe), and how long a group subscription
 	// (other than a pubsub.ReadOnDemand one) waits for the shared reader's
 	// bell before it reads again anyway (one pipelined XREVRANGE and
 	// XREADGROUP per idle subscription per BlockTime), within [1ms,

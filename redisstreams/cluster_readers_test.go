@@ -22,9 +22,9 @@ import (
 // per node), 200 group subscriptions and 40 fan-out subscriptions on 200
 // topics (about 200 hash slots, some 67 per node) get every event: each
 // group event exactly once, each fan-out event once per subscription; the
-// client's pool never times out, and each node holds at most one
-// connection of the Backend blocked in a read (its node reader), however
-// many slots it serves. Before the readers were per node (one per hash
+// client's pool never times out, and each node holds at most clusterLanes
+// (4) connections of the Backend blocked in a read (its node readers),
+// however many slots it serves. Before the readers were per node (one per hash
 // slot, each holding a pooled connection in a blocking XREAD), the pool ran
 // dry: Subscribe failed or events stayed undelivered, with pool timeouts.
 func TestClusterReadersBoundedPerNode(t *testing.T) {
@@ -104,8 +104,8 @@ func TestClusterReadersBoundedPerNode(t *testing.T) {
 		t.Errorf("%d pool timeouts, want 0", timeouts)
 	}
 	for addr, k := range most {
-		if k > 1 {
-			t.Errorf("node %s: %d connections blocked in reads, want at most 1 (its node reader)", addr, k)
+		if k > clusterLanes {
+			t.Errorf("node %s: %d connections blocked in reads, want at most %d (its node readers)", addr, k, clusterLanes)
 		}
 	}
 	mu.Lock()
@@ -129,13 +129,16 @@ func TestClusterReadersBoundedPerNode(t *testing.T) {
 
 // TestClusterSharedNodeReaderLatency: on a 3-master Cluster a fan-out
 // subscription and a group subscription on each of 30 topics (30 slots,
-// about 10 per node, so each node reader polls several slots and blocks on
-// one), one event at a time published to each topic in turn: every event
-// reaches both subscriptions within a generous bound (1s; the poll interval
-// is clusterPoll), whichever slot its node reader was blocked on. Then, in
-// a second without events, each master gets at most 200 round trips (about
-// 60 expected: a reader that spins would make thousands). The measured
-// latencies and round trips are logged (figures in BENCHMARKS.md).
+// 7 to 13 per master: on each, the first clusterLanes-1 slots get a node
+// reader of their own, and the others share one, which polls them and
+// blocks on one), one event at a time published to each topic in turn:
+// every event reaches both subscriptions within a generous bound (1s; the
+// poll interval is clusterPoll), whichever slot the shared node reader was
+// blocked on. Then, in a second without events, each master gets at most
+// 200 round trips (about 60 expected: a reader that spins would make
+// thousands). The latencies (of the slots with a node reader of their own
+// and of the shared ones apart) and round trips are logged (figures in
+// BENCHMARKS.md).
 func TestClusterSharedNodeReaderLatency(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t)
@@ -172,25 +175,31 @@ func TestClusterSharedNodeReaderLatency(t *testing.T) {
 			}
 		}
 	}
-	// Every node reader serves several slots.
+	// Every master has a node reader that serves several slots.
 	perNode := map[string]int{}
+	shared := map[int]bool{} // topic → its slot shares a node reader
+	b.bus.mu.Lock()
 	for i := range topics {
-		node, err := c.MasterForKey(ctx, b.keys.Stream(topic(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		perNode[node.Options().Addr]++
+		r := b.bus.readers[b.bus.readerGroup(b.keys.Stream(topic(i)))]
+		d := r.node.Load()
+		perNode[d.node]++
+		shared[i] = len(d.members) > 1
 	}
-	for addr, n := range perNode {
-		if n < 2 {
-			t.Fatalf("node %s serves %d of the topics; pick others", addr, n)
+	sharing := map[string]int{}
+	for _, d := range b.bus.nodes {
+		if len(d.members) > 1 {
+			sharing[d.node] = len(d.members)
 		}
+	}
+	b.bus.mu.Unlock()
+	if len(perNode) != 3 || len(sharing) != 3 {
+		t.Fatalf("slots per master %v, slots of a shared node reader per master %v: want 3 masters, each with a shared node reader; pick other topics", perNode, sharing)
 	}
 	// Let the group subscriptions hang their bells (their first read).
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var lat, fanLat, groupLat []time.Duration
+	var lat, fanLat, groupLat, ownLat []time.Duration
 	for r := range rounds {
 		for i := range topics {
 			id := fmt.Sprint(r, "-", i)
@@ -206,9 +215,12 @@ func TestClusterSharedNodeReaderLatency(t *testing.T) {
 					}
 					seen[a.group] = true
 					lat = append(lat, a.at.Sub(sent))
-					if a.group {
+					switch {
+					case !shared[i]:
+						ownLat = append(ownLat, a.at.Sub(sent))
+					case a.group:
 						groupLat = append(groupLat, a.at.Sub(sent))
-					} else {
+					default:
 						fanLat = append(fanLat, a.at.Sub(sent))
 					}
 				case <-time.After(10 * time.Second):
@@ -221,8 +233,9 @@ func TestClusterSharedNodeReaderLatency(t *testing.T) {
 		slices.Sort(l)
 		return l[int(p*float64(len(l)-1))].Round(100 * time.Microsecond)
 	}
-	t.Logf("%d topics (%v per node), one event at a time: fan-out p50 %v, p90 %v, max %v; group p50 %v, p90 %v, max %v",
-		topics, perNode, q(fanLat, 0.5), q(fanLat, 0.9), q(fanLat, 1), q(groupLat, 0.5), q(groupLat, 0.9), q(groupLat, 1))
+	t.Logf("%d topics (%v per master, %v on the shared node reader), one event at a time: shared slots: fan-out p50 %v, p90 %v, max %v; group p50 %v, p90 %v, max %v; slots with a node reader of their own, both kinds: p50 %v, p90 %v, max %v",
+		topics, perNode, sharing, q(fanLat, 0.5), q(fanLat, 0.9), q(fanLat, 1), q(groupLat, 0.5), q(groupLat, 0.9), q(groupLat, 1),
+		q(ownLat, 0.5), q(ownLat, 0.9), q(ownLat, 1))
 	if worst := lat[len(lat)-1]; worst > time.Second {
 		t.Fatalf("slowest delivery %v, want within 1s", worst)
 	}
@@ -256,11 +269,11 @@ func TestClusterSharedNodeReaderLatency(t *testing.T) {
 // TestClusterReaderFollowsSlotMigration: a fan-out and a group subscription
 // on a topic whose hash slot is migrated to another master (CLUSTER SETSLOT
 // IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE on every node), while a second
-// topic keeps the old master's node reader serving a slot: the slot's
-// reader is handed to the new master's node reader, every event published
-// before and after the migration is delivered once to each subscription,
-// and no node holds more than one connection of the Backend blocked in a
-// read.
+// topic keeps a node reader of the old master serving a slot: the slot's
+// reader is handed to a node reader of the new master, every event
+// published before and after the migration is delivered once to each
+// subscription, and no node holds more than clusterLanes connections of
+// the Backend blocked in a read.
 func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t)
@@ -386,7 +399,7 @@ func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 	if r == nil {
 		t.Fatal("no reader for the migrated slot")
 	}
-	if at := r.node.Load().key; at != dst {
+	if at := r.node.Load().node; at != dst {
 		t.Errorf("the migrated slot's reader is read by the node reader of %s, want %s", at, dst)
 	}
 	for addr, a := range admin {
@@ -394,8 +407,8 @@ func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k > 1 {
-			t.Errorf("node %s: %d connections blocked in reads, want at most 1", addr, k)
+		if k > clusterLanes {
+			t.Errorf("node %s: %d connections blocked in reads, want at most %d", addr, k, clusterLanes)
 		}
 	}
 	mu.Lock()
@@ -407,5 +420,94 @@ func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 	}
 	if len(got) != want {
 		t.Errorf("%d distinct deliveries, want %d: %v", len(got), want, got)
+	}
+}
+
+// TestClusterFewSlotsPerMasterBlockAlone: the signals runtime's topics
+// ("signals.work", read by a group subscription and a fan-out one, and
+// "signals.control", fan-out) lie in two slots of one master of a 3-master
+// Cluster. Each gets a node reader of its own (fewer than clusterLanes
+// slots on the master), which blocks on it for BlockTime as on a
+// standalone client instead of polling: that master holds two connections
+// of the Backend blocked in a read, and an event on either topic is
+// delivered without waiting for a poll.
+func TestClusterFewSlotsPerMasterBlockAlone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	b := psBackend(t, c, Options{})
+	ctx := context.Background()
+	topics := []string{"signals.work", "signals.control"}
+	var addrs []string
+	for _, tp := range topics {
+		n, err := c.MasterForKey(ctx, b.keys.Stream(tp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, n.Options().Addr)
+	}
+	if addrs[0] != addrs[1] {
+		t.Fatalf("the topics are on masters %v: the test needs them on one", addrs)
+	}
+	got := make(chan string, 8)
+	h := func(_ context.Context, e pubsub.Event) error {
+		got <- e.ID
+		return nil
+	}
+	if _, err := b.Subscribe(ctx, topics[0], h, pubsub.Group("g")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe(ctx, topics[0], func(context.Context, pubsub.Event) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe(ctx, topics[1], h); err != nil {
+		t.Fatal(err)
+	}
+	b.bus.mu.Lock()
+	for _, tp := range topics {
+		d := b.bus.readers[b.bus.readerGroup(b.keys.Stream(tp))].node.Load()
+		if len(d.members) != 1 {
+			t.Errorf("the reader of %q shares its node reader with %d others", tp, len(d.members)-1)
+		}
+	}
+	b.bus.mu.Unlock()
+	var admin *redis.Client
+	for _, n := range cl.Nodes() {
+		if n.Addr() == addrs[0] {
+			admin = n.Client(t)
+		}
+	}
+	var lat []time.Duration
+	for i := range 20 {
+		tp := topics[i%2]
+		id := fmt.Sprint(i)
+		sent := time.Now()
+		if err := b.Publish(ctx, tp, pubsub.Event{ID: id, Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case g := <-got:
+			if g != id {
+				t.Fatalf("got %s, want %s", g, id)
+			}
+			lat = append(lat, time.Since(sent))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %s on %s not delivered within 10s", id, tp)
+		}
+	}
+	// Both readers block again once their last read is handed over.
+	blocked := 0
+	for deadline := time.Now().Add(5 * time.Second); blocked < 2 && time.Now().Before(deadline); {
+		var err error
+		if _, blocked, err = redistest.ClientStats(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		if blocked < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("master %s: %d connections blocked in a read; delivery p50 %v, max %v", addrs[0], blocked, lat[len(lat)/2], lat[len(lat)-1])
+	if blocked != 2 {
+		t.Errorf("%d connections blocked in a read on the master, want 2 (a node reader per slot)", blocked)
 	}
 }

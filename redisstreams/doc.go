@@ -71,16 +71,17 @@
 //
 // # Connections
 //
-// A Backend's reads hold at most one connection per Redis node blocked in
-// a read, however many subscriptions and topics it has: one for a
-// standalone or Sentinel client, one per master on Cluster. Group
-// subscriptions hold none (they read without BLOCK on the client's pool
-// when the shared reader rings them). On Cluster, keys of different hash
-// slots cannot share one XREAD: a master's reader that serves several
-// slots reads them with one pipeline of non-blocking XREADs and blocks on
+// A Backend's reads hold a bounded number of connections blocked in a
+// read, however many subscriptions and topics it has: one for a standalone
+// or Sentinel client, at most 4 per master on Cluster. Group subscriptions
+// hold none (they read without BLOCK on the client's pool when the shared
+// reader rings them). On Cluster, keys of different hash slots cannot
+// share one XREAD: the first 3 slots to be read on a master get a reader
+// each, which blocks as on a standalone client; the others share a fourth,
+// which reads them with one pipeline of non-blocking XREADs and blocks on
 // one of them for a short poll (5ms after traffic, up to 50ms when idle),
-// so an event in another slot may wait up to 50ms more, and an idle master
-// costs about 60 round trips a second (measured in
+// so an event in another of those slots may wait up to 50ms more, and an
+// idle master costs about 60 round trips a second (measured in
 // TestClusterSharedNodeReaderLatency; figures in [Backend.Subscribe] and
 // BENCHMARKS.md). A Ring is not bounded this way: each topic's reader
 // takes a pooled connection for each of its reads.

@@ -62,7 +62,7 @@ type streamBus struct {
 	mu      sync.Mutex
 	subs    map[subscription]struct{}
 	readers map[string]*fanReader  // by reader group (readerGroup)
-	nodes   map[string]*nodeReader // by node key (nodeKey)
+	nodes   map[string]*nodeReader // by nodeReader.key
 	// stopping is set (under mu) by close before it waits for bg: no
 	// reader starts from then on (readerFor), so bg is never added to
 	// while close waits, even from a subscription Shutdown gave up on.
@@ -474,29 +474,33 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // retried locally after pubsub.RedeliveryDelay and, after MaxDeliveries
 // attempts, published to the dead-letter topic (pubsub.Policy).
 //
-// On Cluster a Backend holds at most one connection per master blocked in
+// On Cluster a Backend holds at most 4 connections per master blocked in
 // a read, however many hash slots its fan-out subscriptions and plain
 // group subscriptions use (TestClusterReadersBoundedPerNode: 200 group and
 // 40 fan-out subscriptions on 200 slots of a 3-master Cluster, default
-// ClusterClient: at most 1 per node, no pool timeout; before, one pooled
+// ClusterClient: at most 4 per master, no pool timeout; before, one pooled
 // connection per slot ran the default pool of 10 per GOMAXPROCS dry and
-// Subscribe failed with "connection pool timeout"). Keys of different
-// slots cannot share an XREAD, so a master's reader that serves one slot
-// blocks on it for BlockTime, as on a standalone client, and one that
-// serves several reads them all with one pipeline of non-blocking XREADs
-// and, when nothing came, blocks on the slot that last had entries for a
-// short poll, ended with CLIENT UNBLOCK: 5ms after entries came, doubling
-// while none come, up to 50ms. The trade-off: an entry in a slot other
-// than the one blocked on waits up to 50ms (less after recent traffic),
-// plus a few round trips, where a reader of its own would have had it at
-// once; and an idle master costs about 60 round trips a second per
-// Backend instead of one per BlockTime (TestClusterSharedNodeReaderLatency,
-// 30 topics on 3 masters, one event at a time, without -race, five runs:
-// delivery p50 10-12ms, p90 37-46ms, max 51-99ms, against 0.1-0.3ms, 0.2-0.4ms
-// and 4ms at most with a reader per slot; 57-67 round trips per master in
-// an idle second; see BENCHMARKS.md). A slot that
-// moves to another master (a failover, a migration) is read by that
-// master's reader once the old one's read failed with a redirection
+// Subscribe failed with "connection pool timeout"). The first 3 slots to
+// get a reader on a master get one each, which blocks on its slot for
+// BlockTime as on a standalone client (the signals runtime's work and
+// control topics, which a 3-master Cluster keeps on one master:
+// TestClusterFewSlotsPerMasterBlockAlone). Keys of different slots cannot
+// share an XREAD, so the other slots share a fourth reader, which reads
+// them all with one pipeline of non-blocking XREADs and, when nothing
+// came, blocks on the slot that last had entries for a short poll, ended
+// with CLIENT UNBLOCK: 5ms after entries came, doubling while none come,
+// up to 50ms. The trade-off: an entry in one of those slots, other than
+// the one blocked on, waits up to 50ms (less after recent traffic), plus a
+// few round trips, where a reader of its own would have had it at once;
+// and a master whose shared reader is idle costs about 60 round trips a
+// second per Backend instead of one per BlockTime
+// (TestClusterSharedNodeReaderLatency, 30 topics on 3 masters, one event
+// at a time, without -race, five runs: on the shared readers delivery p50
+// 6-11ms, p90 30-37ms, max 41-51ms; on the slots with a reader of their
+// own p50 0.3-0.4ms, max 2ms; 58-68 round trips per master in an idle
+// second; see BENCHMARKS.md). A slot that moves to another master (a
+// failover, a migration) is read by a reader of that master once the old
+// one's read failed with a redirection
 // (TestClusterReaderFollowsSlotMigration). On a Ring the reads are not
 // bounded per shard: each topic with a fan-out subscription or a plain
 // group subscription holds one of the client's pooled connections in each
@@ -517,7 +521,7 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // with XREVRANGE in the same pipeline), or for BlockTime at most. So a
 // Backend holds one connection blocked in a read on a standalone or Sentinel
 // client however many subscriptions it has (TestGroupSubscriptionsShareOneReader:
-// 500 group subscriptions, one), and one per master on Cluster. The reads of a Backend's group
+// 500 group subscriptions, one), and at most 4 per master on Cluster. The reads of a Backend's group
 // subscriptions are coalesced like publishes: reads that come while two
 // batches are in flight go out together in the next pipeline, so many
 // subscriptions reading at once cost a few round trips. With
@@ -699,11 +703,11 @@ func (s *streamBus) readerGroup(key string) string {
 	}
 }
 
-// nodeKey returns which node reader (nodeReader) reads for the fanReader of
-// the stream key: the one of the client on a standalone or Sentinel client,
-// on Cluster the one of the master that serves the key's slot now (its
-// address; "?" when the client's slot map cannot say, then the node reader
-// re-homes it when it connects), one per hash tag on other clients.
+// nodeKey returns the node whose node readers (nodeReader) read for the
+// fanReader of the stream key: "" (the client's) on a standalone or
+// Sentinel client; on Cluster the address of the master that serves the
+// key's slot now ("?" when the client's slot map cannot say: then its node
+// reader re-homes it when it connects); the hash tag on other clients.
 func (s *streamBus) nodeKey(key string) string {
 	switch c := s.b.client.(type) {
 	case *redis.Client:

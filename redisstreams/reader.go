@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,23 +236,25 @@ type fanReader struct {
 // wake makes the node reader of r read r's inputs again soon.
 func (r *fanReader) wake() { r.node.Load().bl.wake() }
 
-// nodeReader makes the reads of the fanReaders of one Redis node: one
+// nodeReader makes the reads of fanReaders of one Redis node: one
 // goroutine, one dedicated blocking connection (blocker) and its waker
 // goroutine. On a standalone or Sentinel client there is one, for the
 // single fanReader; on a Ring one per hash tag, for that tag's fanReader.
-// On Cluster there is one per master, for the fanReaders of the hash slots
-// it serves: keys of different slots cannot share one XREAD (CROSSSLOT), so
-// it reads them with one pipeline of non-blocking XREADs, one per slot
-// with entries to read, and when none returned anything it blocks on one
-// of them for a short poll (pollWait, clusterPoll at most) before looking
-// at all of them again. A
-// node reader serving a single slot blocks for BlockTime as the others do.
-// So a Backend holds one connection per node blocked in a read, however
-// many slots its subscriptions use.
+// On Cluster there are up to clusterLanes per master (streamBus.placeLocked):
+// the first hash slots to get a reader on a master get a node reader each,
+// the others share the last one. Keys of different slots cannot share one
+// XREAD (CROSSSLOT), so a node reader serving several slots reads them
+// with one pipeline of non-blocking XREADs, one per slot with entries to
+// read, and when none returned anything it blocks on one of them for a
+// short poll (pollWait, clusterPoll at most) before looking at all of them
+// again. A node reader serving a single slot blocks for BlockTime as the
+// others do. So a Backend holds at most clusterLanes connections per node
+// blocked in a read, however many slots its subscriptions use.
 type nodeReader struct {
 	s       *streamBus
 	bl      *blocker
-	key     string               // its key in streamBus.nodes (nodeKey)
+	node    string               // the node it reads (nodeKey)
+	key     string               // its key in streamBus.nodes: node, or node#lane for a Cluster slot's own
 	cluster *redis.ClusterClient // nil unless on Cluster: its fanReaders are re-homed after errors
 	quit    chan struct{}        // closed when it is retired
 	done    chan struct{}        // closed when its loop returned (never, for one made while closing)
@@ -287,6 +290,15 @@ const (
 	clusterPollMin = 5 * time.Millisecond
 	clusterPoll    = 50 * time.Millisecond
 )
+
+// clusterLanes is how many node readers, each with its connection blocked
+// in a read, a Backend runs at most per Cluster master: the first
+// clusterLanes-1 hash slots to get a reader on a master (the signals
+// runtime's work and control topics, say, which a 3-master Cluster keeps
+// on one master) each have one of their own and block as on a standalone
+// client; the others share the last, which polls them when it serves
+// several.
+const clusterLanes = 4
 
 type fanStream struct {
 	key, topic string
@@ -375,20 +387,22 @@ func (s *streamBus) readerFor(key string) *fanReader {
 		// Closing: a reader that is never read (its callers are stopping
 		// too), on a node reader that is not started, so close's wait
 		// for bg is not raced.
-		r.node.Store(s.newNodeReader(node))
+		r.node.Store(s.newNodeReader(node, node))
 		return r
 	}
 	s.readers[group] = r
-	d := s.nodeLocked(node)
+	d := s.placeLocked(node)
 	d.members[r] = struct{}{}
 	r.node.Store(d)
 	return r
 }
 
-// newNodeReader returns a node reader for the node key, not started.
-func (s *streamBus) newNodeReader(key string) *nodeReader {
+// newNodeReader returns a node reader for node (see nodeKey), to be kept
+// under key in s.nodes, not started.
+func (s *streamBus) newNodeReader(node, key string) *nodeReader {
 	d := &nodeReader{
 		s:        s,
+		node:     node,
 		key:      key,
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -396,25 +410,41 @@ func (s *streamBus) newNodeReader(key string) *nodeReader {
 		members:  make(map[*fanReader]struct{}),
 		pollWait: clusterPollMin,
 	}
-	var node nodeFunc
+	var dial nodeFunc
 	switch c := s.b.client.(type) {
 	case *redis.Client:
-		node = func(context.Context) (*redis.Client, error) { return c, nil }
+		dial = func(context.Context) (*redis.Client, error) { return c, nil }
 	case *redis.ClusterClient:
 		d.cluster = c
-		node = d.clusterNode
+		dial = d.clusterNode
 	}
-	d.bl = newBlocker(s.b, node)
+	d.bl = newBlocker(s.b, dial)
 	return d
 }
 
-// nodeLocked returns the running node reader for the node key, starting it
-// when needed. The caller holds s.mu, and s is not stopping.
-func (s *streamBus) nodeLocked(key string) *nodeReader {
+// placeLocked returns the running node reader a new fanReader of node
+// (see nodeKey) is to be read by, starting it when needed: on Cluster, a
+// node reader of its own when the master has fewer than clusterLanes-1
+// (node#1, node#2...), or else the one the others share (node); on other
+// clients, the one of node. The caller holds s.mu, and s is not stopping.
+func (s *streamBus) placeLocked(node string) *nodeReader {
+	if _, ok := s.b.client.(*redis.ClusterClient); ok {
+		for lane := 1; lane < clusterLanes; lane++ {
+			if key := fmt.Sprintf("%s#%d", node, lane); s.nodes[key] == nil {
+				return s.nodeLocked(node, key)
+			}
+		}
+	}
+	return s.nodeLocked(node, node)
+}
+
+// nodeLocked returns the running node reader of node under key in s.nodes,
+// starting it when needed. The caller holds s.mu, and s is not stopping.
+func (s *streamBus) nodeLocked(node, key string) *nodeReader {
 	if d := s.nodes[key]; d != nil {
 		return d
 	}
-	d := s.newNodeReader(key)
+	d := s.newNodeReader(node, key)
 	s.nodes[key] = d
 	s.bg.Add(2)
 	go func() {
@@ -786,7 +816,7 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 
 // rehome hands each of d's fanReaders whose hash slot another master
 // serves now (after a failover or a slot migration, as the client's slot
-// map says) to that master's node reader. Only d's loop calls it, between
+// map says) to a node reader of that master (placeLocked). Only d's loop calls it, between
 // its reads, so that no fanReader is ever read by two node readers at once.
 func (d *nodeReader) rehome(ctx context.Context) {
 	for _, r := range d.membersNow() {
@@ -794,7 +824,7 @@ func (d *nodeReader) rehome(ctx context.Context) {
 		if err != nil {
 			continue // where it is for now; tried again after the next error
 		}
-		if addr := cli.Options().Addr; addr != d.key {
+		if addr := cli.Options().Addr; addr != d.node {
 			d.s.move(r, d, addr)
 		}
 	}
@@ -809,7 +839,7 @@ func (s *streamBus) move(r *fanReader, from *nodeReader, to string) {
 		return
 	}
 	delete(from.members, r)
-	d := s.nodeLocked(to)
+	d := s.placeLocked(to)
 	d.members[r] = struct{}{}
 	r.node.Store(d)
 	s.retireNodeLocked(from)

@@ -297,7 +297,8 @@ const (
 // runtime's work and control topics, say, which a 3-master Cluster keeps
 // on one master) each have one of their own and block as on a standalone
 // client; the others share the last, which polls them when it serves
-// several.
+// several. Backend.Subscribe's doc and doc.go quote these numbers (4, 3,
+// 5ms, 50ms): change them together.
 const clusterLanes = 4
 
 type fanStream struct {

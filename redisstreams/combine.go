@@ -43,7 +43,8 @@ type member[T any] interface {
 // turn is the combiner's part of a request.
 type turn[T any] struct {
 	// wake is closed once: when the request has been answered, or when its
-	// caller is to lead batch.
+	// caller is to lead batch. A caller that leads at once (join) does not
+	// wait on it; runLease uses it to tell when its own send is over.
 	wake  chan struct{}
 	batch []T // set (under the combiner's lock) for a caller that is to lead
 }

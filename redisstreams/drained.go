@@ -22,7 +22,9 @@ var (
 // subscription still reading the stream sees it vanish (its group is
 // recreated on its next read): unsubscribe first. Errors:
 // pubsub.ErrInvalid for an empty topic or group, pubsub.ErrClosed after
-// Close, the wrapped Redis error otherwise.
+// Close, the wrapped Redis error otherwise. It returns when ctx ends, also
+// while waiting for a server that stopped answering; the error then wraps
+// ctx's and says the script may have run.
 func (b *Backend) DeleteTopicIfDrained(ctx context.Context, topic, group string) (bool, error) {
 	switch {
 	case topic == "":
@@ -34,8 +36,7 @@ func (b *Backend) DeleteTopicIfDrained(ctx context.Context, topic, group string)
 	}
 	key := b.keys.Stream(topic)
 	c := newCall(ctx, deleteDrainedScript, []string{key}, group)
-	b.sendCall(ctx, c)
-	n, err := c.cmd.Int64()
+	n, err := b.sendCtx(ctx, c).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstreams: delete %q if drained: %w", key, err)
 	}

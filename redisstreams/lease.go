@@ -137,20 +137,34 @@ func newCall(ctx context.Context, s *luaScript, keys []string, argv ...any) *lea
 // or the error. When fewer than leaseMaxActive batches are in flight the
 // caller sends it at once, on ctx; otherwise it joins the next coalesced
 // batch (sent on a context of its own, bounded by the client's timeouts) and
-// waits for it or for ctx. When ctx ends first, the script may or may not have
-// run; the error says so.
+// waits for it or for ctx. Either way it returns when ctx ends, also while
+// the script waits for a server that stopped answering (go-redis does not
+// end a blocked read when its ctx is cancelled): the script may or may not
+// have run then, and the error says so (see mayHaveRun).
 func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	q := &b.leaseQ
 	if q.join(c, leaseMaxActive) {
-		b.sendCall(ctx, c)
-		q.finish(leaseMaxBatch)
-		return c.cmd
+		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+			b.sendCall(ctx, c)
+			q.finish(leaseMaxBatch)
+			return c.cmd
+		}
+		// c's turn.wake, unused by a leader, tells when the send is done.
+		done := c.turn().wake
+		if awaitSend(ctx, done, func() {
+			b.sendCall(ctx, c)
+			q.finish(leaseMaxBatch)
+			close(done)
+		}) {
+			return c.cmd
+		}
+		return mayHaveRun(ctx)
 	}
 	batch, sent, err := q.await(ctx, c, leaseMaxBatch, b.sendLeaseBatch)
 	switch {
 	case err != nil:
 		if sent {
-			err = fmt.Errorf("%w (the script was sent and may have run)", err)
+			return mayHaveRun(ctx)
 		}
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -163,8 +177,56 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	return c.cmd
 }
 
+// mayHaveRun returns a command failed with ctx's error, for a script that
+// was sent (or handed to a goroutine that sends it) when ctx ended: the
+// server may have run it, or may still.
+func mayHaveRun(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(fmt.Errorf("%w (the script was sent and may have run)", ctx.Err()))
+	return cmd
+}
+
+// awaitSend runs send in a goroutine of its own (send closes done when it
+// is over) and reports whether it was over before ctx ended. It returns
+// false as soon as ctx ends: send then goes on alone until the client
+// answers or gives up (its timeouts, or Close of a client NewURL made, which
+// closes its connections), and the caller must not touch what send writes
+// (read the command only after a true).
+func awaitSend(ctx context.Context, done <-chan struct{}, send func()) bool {
+	go send()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-done: // both at once: the answer is there, take it
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// sendCtx sends c alone as sendCall does and returns its command, or, when
+// ctx ends first, a command holding the error of mayHaveRun (see awaitSend).
+func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
+	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+		b.sendCall(ctx, c)
+		return c.cmd
+	}
+	done := make(chan struct{})
+	if awaitSend(ctx, done, func() {
+		b.sendCall(ctx, c)
+		close(done)
+	}) {
+		return c.cmd
+	}
+	return mayHaveRun(ctx)
+}
+
 // sendCall sends one script alone, and again as EVAL when the server has
-// not cached it.
+// not cached it. It waits for the answer or for the client to give up,
+// whatever ctx does: see sendCtx for a send that returns when ctx ends.
 func (b *Backend) sendCall(ctx context.Context, c *leaseCall) {
 	_ = b.client.Process(ctx, c.cmd)
 	if isNoScript(c.cmd.Err()) {

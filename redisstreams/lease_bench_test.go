@@ -64,6 +64,51 @@ func leaseCycles(b *testing.B, be *Backend) {
 	})
 }
 
+// BenchmarkLeaseCycleSerial measures AcquireLease + ReleaseLease from one
+// goroutine, so every script takes the direct (uncoalesced) path, on
+// context.Background (it cannot end) and on a ctx that can be cancelled
+// (TestCancelledCallOnStalledServer: the call then returns when ctx ends).
+// Each op is one cycle of each, alternating, on one server and client, so
+// that the two differ only in the ctx; it reports the time of each
+// (ns/cycle-background, ns/cycle-cancelable).
+func BenchmarkLeaseCycleSerial(b *testing.B) {
+	c := benchClient(b)
+	be, err := New(c, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	cancelable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id := benchSeq.Add(1)
+	key, owner := fmt.Sprintf("serial-%d", id), fmt.Sprintf("owner-%d", id)
+	cycle := func(ctx context.Context) time.Duration {
+		start := time.Now()
+		r, err := be.AcquireLease(ctx, key, owner, benchTTL)
+		if err != nil || !r.Acquired {
+			b.Fatalf("acquire = %+v, %v", r, err)
+		}
+		if err := be.ReleaseLease(ctx, key, owner); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var bg, cc time.Duration
+	n := 0
+	for b.Loop() {
+		if n%2 == 0 { // which goes first alternates too
+			bg += cycle(context.Background())
+			cc += cycle(cancelable)
+		} else {
+			cc += cycle(cancelable)
+			bg += cycle(context.Background())
+		}
+		n++
+	}
+	b.ReportMetric(float64(bg.Nanoseconds())/float64(n), "ns/cycle-background")
+	b.ReportMetric(float64(cc.Nanoseconds())/float64(n), "ns/cycle-cancelable")
+}
+
 // rawRelease is the compare-and-delete of the plain go-redis baseline.
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 

@@ -12,8 +12,27 @@ import (
 // WAITAOF), as Options.LeaseSyncReplicas and LeaseSyncAOF ask. won tells
 // from the script's reply whether the caller won; a win that did not reach
 // the replicas (or the AOF) in time is returned as an error. It bypasses the
-// lease combiner: the wait must follow the caller's own script.
+// lease combiner: the wait must follow the caller's own script. It returns
+// when ctx ends, as runLease does (see awaitSend), with the error of
+// mayHaveRun.
 func (b *Backend) runSynced(ctx context.Context, c *leaseCall, leaseKey string, won func(any) bool) (any, error) {
+	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+		return b.runSyncedNow(ctx, c, leaseKey, won)
+	}
+	var reply any
+	var err error
+	done := make(chan struct{})
+	if !awaitSend(ctx, done, func() {
+		reply, err = b.runSyncedNow(ctx, c, leaseKey, won)
+		close(done)
+	}) {
+		return mayHaveRun(ctx).Result()
+	}
+	return reply, err
+}
+
+// runSyncedNow is runSynced, waiting for the client whatever ctx does.
+func (b *Backend) runSyncedNow(ctx context.Context, c *leaseCall, leaseKey string, won func(any) bool) (any, error) {
 	var conn redis.Cmdable = b.client
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, leaseKey)

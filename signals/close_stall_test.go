@@ -116,6 +116,65 @@ func TestCloseOnStalledServerLiveRuns(t *testing.T) {
 	}
 }
 
+// TestCloseOnStalledServerHandOff: a run of thread "t" ended with a second
+// signal queued, and the tenure hands that signal's run the lease with
+// TransferLease; the server stops (SIGSTOP) just before the transfer is
+// sent, and Close(ctx 1s) begins while it waits for the answer. Close must
+// return within 5s, as on the other stalled-server tests: the hand-off is
+// bounded by tearCtx like the rest of the teardown. Found by review (Close's
+// doc named it a known hole): the transfer was sent on
+// context.Background() and go-redis ends a blocked read only at its own
+// timeouts, so Close waited for them; the BeforeHandOff hook only picks
+// the moment the server stops.
+func TestCloseOnStalledServerHandOff(t *testing.T) {
+	srv, _ := startRedis(t)
+	ctx := context.Background()
+	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "ch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	atHandOff, release := make(chan struct{}, 1), make(chan struct{})
+	var ran atomic.Int64
+	rt, err := signals.New(b, func(ctx context.Context, run *signals.Run) error {
+		ran.Add(1)
+		return nil
+	}, signals.WithHooks(signals.Hooks{
+		BeforeHandOff: func(string) {
+			select {
+			case atHandOff <- struct{}{}:
+			default:
+			}
+			<-release
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := rt.Send(ctx, "t", sig(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-atHandOff:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no hand-off within 20s")
+	}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	close(release) // the transfer goes to the stopped server
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	err = rt.Close(cctx)
+	d := time.Since(start)
+	t.Logf("Close = %v after %v; %d run(s)", err, d.Round(time.Millisecond), ran.Load())
+	if d > 5*time.Second {
+		t.Fatalf("Close(ctx 1s) with a hand-off's TransferLease in flight to a stalled server took %v, want at most 5s", d.Round(time.Millisecond))
+	}
+}
+
 // TestCloseCtxEndedHealthyServerReleases: Close(ctx 300ms) on a server
 // that answers, while runs are in progress: the runs are cancelled, and the
 // leases are still released (a peer can take the threads at once), not left

@@ -581,7 +581,8 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 
 // teardownCtx bounds a step of a tenure or of Close that no caller's ctx
 // bounds (a release, an inbox deletion, an unsubscribe, a hand-back, the
-// done record's first read) by the lease TTL; stepCtx by d.
+// done record's first read, a hand-off's transfer) by the lease TTL; stepCtx
+// by d.
 func (rt *Runtime) teardownCtx() (context.Context, context.CancelFunc) {
 	return rt.stepCtx(rt.cfg.ttl)
 }
@@ -939,11 +940,12 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // ends first it cancels the runs' contexts, waits for them to return and
 // returns ctx.Err(); its teardown (releases, hand-backs) may then take
 // closeGrace (1s) after the last run returned and no longer, so on a server
-// that stopped answering it returns about a second after the runs did
-// (TestCloseOnStalledServerLiveRuns; a hand-off whose TransferLease was
-// already sent to that server waits for the client's own timeouts, about
-// 10s with go-redis's defaults), and what it did not finish is safe to
-// leave: leases not released expire after their TTL, wake notices not
+// that stopped answering it returns about a second after the runs did,
+// also when a hand-off's TransferLease was in flight to that server
+// (TestCloseOnStalledServerLiveRuns; TestCloseOnStalledServerHandOff:
+// Close(ctx 1s) returned after 2.0s, where it waited 10.0s for go-redis's
+// timeouts before the hand-off was bounded too), and what it did not finish
+// is safe to leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
 // is deleted by its thread's next tenure. It does not close the pubsub. It
 // is idempotent and safe to call concurrently; every call waits for the

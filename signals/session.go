@@ -495,7 +495,12 @@ func (s *session) loop() {
 				s.mu.Lock()
 				prevRun := s.runID
 				s.mu.Unlock()
-				nh, err := held.Transfer(context.Background(), nextOwner)
+				// Bounded as the teardown is: a transfer in flight to a
+				// server that stopped answering ends when Close gives up
+				// (TestCloseOnStalledServerHandOff).
+				tctx, cancel := rt.teardownCtx()
+				nh, err := held.Transfer(tctx, nextOwner)
+				cancel()
 				if err != nil {
 					d.res <- fmt.Errorf("signals: hand-off failed: %w", err)
 					if held.Err() != nil {

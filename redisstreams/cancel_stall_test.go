@@ -103,3 +103,62 @@ func TestCancelledCallOnStalledServer(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledBeforeCallSendsNothing: a lease call or DeleteTopicIfDrained
+// whose ctx was cancelled before the call sends nothing, and says so: its
+// error wraps context.Canceled without the "may have run" of a script cut
+// short (go-redis sends nothing on such a ctx either). Found in review of
+// the change that made these calls return when ctx ends: they started the
+// sending goroutine all the same and reported a script that may have run.
+func TestCancelledBeforeCallSendsNothing(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		sync  bool
+		call  func(ctx context.Context, b *Backend) error
+		owner string // of lease "k" afterwards: the call changed nothing
+	}{
+		{"AcquireLease", false, func(ctx context.Context, b *Backend) error {
+			_, err := b.AcquireLease(ctx, "k", "a", time.Minute)
+			return err
+		}, ""},
+		{"AcquireLeaseSynced", true, func(ctx context.Context, b *Backend) error {
+			_, err := b.AcquireLease(ctx, "k", "a", time.Minute)
+			return err
+		}, ""},
+		{"TransferLease", false, func(ctx context.Context, b *Backend) error {
+			if _, err := b.AcquireLease(context.Background(), "k", "a", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			_, err := b.TransferLease(ctx, "k", "a", "b", time.Minute)
+			return err
+		}, "a"},
+		{"DeleteTopicIfDrained", false, func(ctx context.Context, b *Backend) error {
+			_, err := b.DeleteTopicIfDrained(ctx, "t", "g")
+			return err
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Prefix: psPrefix()}
+			if tc.sync {
+				o.LeaseSyncReplicas, o.LeaseSyncTimeout = 1, 50*time.Millisecond
+			}
+			b, err := NewURL(ctx, srv.URL(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			err = tc.call(cctx, b)
+			if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "may have run") {
+				t.Errorf("error %v: want one wrapping context.Canceled that does not say the script may have run", err)
+			}
+			if owner, err := b.GetLeaseOwner(ctx, "k"); err != nil || owner != tc.owner {
+				t.Errorf("lease k held by %q (%v) after the call, want %q", owner, err, tc.owner)
+			}
+		})
+	}
+}

@@ -135,13 +135,14 @@
 // ContextTimeoutEnabled, and never when ctx is cancelled. The single-lease
 // calls (AcquireLease, RenewLease, ReleaseLease, TransferLease,
 // GetLeaseOwner, InspectLease, LeaseState, RevokeLease, ForceRevokeLease)
-// and DeleteTopicIfDrained return
-// when their ctx ends all the same, deadline or cancel, with any client:
-// the error wraps ctx's and says the script was sent and may have run
-// (TestCancelledCallOnStalledServer: within 1s of the cancel on a SIGSTOPped
-// server; before, 5.0s, go-redis's ReadTimeout). The script's send then
-// goes on in a goroutine of its own until the client answers or gives up
-// (its timeouts, or Close of a client NewURL made). A ctx that cannot end
+// and DeleteTopicIfDrained return when their ctx ends all the same,
+// deadline or cancel, with any client: the error wraps ctx's and says the
+// script was sent and may have run (TestCancelledCallOnStalledServer:
+// within 1s of the cancel on a SIGSTOPped server; before, 5.0s, go-redis's
+// ReadTimeout). The script's send then goes on in a goroutine of its own
+// until the client answers or gives up (its timeouts, or Close of a client
+// NewURL made). On a ctx already ended they send nothing and return its
+// error alone (TestCancelledBeforeCallSendsNothing). A ctx that cannot end
 // (context.Background) costs nothing; on one that can, a script sent alone
 // waits in that goroutine, which costs the wake-ups of a second goroutine:
 // BenchmarkLeaseCycleSerial, one caller against a local redis-server on a

@@ -142,6 +142,9 @@ func newCall(ctx context.Context, s *luaScript, keys []string, argv ...any) *lea
 // end a blocked read when its ctx is cancelled): the script may or may not
 // have run then, and the error says so (see mayHaveRun).
 func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
+	}
 	q := &b.leaseQ
 	if q.join(c, leaseMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
@@ -166,9 +169,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		if sent {
 			return mayHaveRun(ctx)
 		}
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+		return failedCmd(ctx, err)
 	case batch != nil:
 		b.sendLeaseBatch(batch)
 		q.answered(batch, c)
@@ -181,8 +182,13 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 // was sent (or handed to a goroutine that sends it) when ctx ended: the
 // server may have run it, or may still.
 func mayHaveRun(ctx context.Context) *redis.Cmd {
+	return failedCmd(ctx, fmt.Errorf("%w (the script was sent and may have run)", ctx.Err()))
+}
+
+// failedCmd returns a command failed with err.
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(fmt.Errorf("%w (the script was sent and may have run)", ctx.Err()))
+	cmd.SetErr(err)
 	return cmd
 }
 
@@ -213,6 +219,9 @@ func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
 	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 		b.sendCall(ctx, c)
 		return c.cmd
+	}
+	if err := ctx.Err(); err != nil {
+		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
 	done := make(chan struct{})
 	if awaitSend(ctx, done, func() {

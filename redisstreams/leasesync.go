@@ -19,6 +19,9 @@ func (b *Backend) runSynced(ctx context.Context, c *leaseCall, leaseKey string, 
 	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 		return b.runSyncedNow(ctx, c, leaseKey, won)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent, as go-redis would send nothing
+	}
 	var reply any
 	var err error
 	done := make(chan struct{})

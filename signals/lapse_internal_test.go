@@ -2,6 +2,7 @@ package signals
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,5 +156,53 @@ func TestLapseKeptWhileWorkWaits(t *testing.T) {
 		t.Logf("ran %v after the ghost stopped renewing", at.Sub(time.Unix(0, d)).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
 		t.Fatalf("not run 10s after the send (ghost: lease 600ms, stopped renewing after 3s; runtime TTL 1s; lapse entries %d; the notice is pending until the 30s recovery interval)", rt.lapse.len())
+	}
+}
+
+// TestLapseQueueOneItemPerEntry: the lapse watch's heap holds exactly one
+// item per entry however often entries are noted, moved later and taken
+// (so its size is the number of threads noted), an entry comes due once,
+// at the latest lapse noted for it, and never before it.
+func TestLapseQueueOneItemPerEntry(t *testing.T) {
+	rt := &Runtime{cfg: config{ttl: time.Second, recovery: time.Second},
+		lapse: lapseWatch{kick: make(chan struct{}, 1), done: make(chan struct{})}}
+	w := &rt.lapse
+	t0 := time.Unix(1000, 0)
+	latest := map[string]time.Time{}
+	now := t0
+	for i := range 20000 {
+		th := fmt.Sprint("t", (i*7919)%500)
+		lapse := now.Add(time.Duration((i*31)%2000) * time.Millisecond)
+		rt.noteHeld(th, "s", now, lapse, now)
+		if l, ok := latest[th]; !ok || lapse.After(l) {
+			latest[th] = lapse
+		}
+		if i%50 == 0 {
+			now = now.Add(100 * time.Millisecond)
+			due, next := w.lapseTake(now)
+			for _, d := range due {
+				at, ok := latest[d.thread]
+				if !ok {
+					t.Fatalf("thread %s came due without an entry", d.thread)
+				}
+				if at.Add(lapseMargin).After(now) {
+					t.Fatalf("thread %s came due at %v before its latest lapse %v", d.thread, now.Sub(t0), at.Sub(t0))
+				}
+				delete(latest, d.thread)
+			}
+			if !next.IsZero() && !next.After(now) {
+				t.Fatalf("next due time %v is not after now %v", next.Sub(t0), now.Sub(t0))
+			}
+		}
+		w.mu.Lock()
+		q, n := len(w.q), len(w.entries)
+		w.mu.Unlock()
+		if q != n || n != len(latest) {
+			t.Fatalf("after %d notes: %d heap items, %d entries, %d threads noted", i+1, q, n, len(latest))
+		}
+	}
+	due, _ := w.lapseTake(now.Add(time.Hour))
+	if len(due) != len(latest) || w.len() != 0 {
+		t.Fatalf("at the end: %d came due, %d were noted, %d entries left", len(due), len(latest), w.len())
 	}
 }

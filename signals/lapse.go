@@ -45,7 +45,8 @@ type holderInfo struct {
 // error: an entry lives while another process holds the thread with work
 // waiting for it (a live holder's entry comes due about once per renewal
 // that no notice of this process saw), and goes within one of the holder's
-// lease periods after the work is done (TestTakeoverAtLeaseLapse).
+// lease periods after the work is done (TestTakeoverAtLeaseLapse); the
+// heap holds one item per entry (TestLapseQueueOneItemPerEntry).
 type lapseWatch struct {
 	mu      sync.Mutex
 	entries map[string]*lapseEntry

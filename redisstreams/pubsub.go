@@ -484,7 +484,11 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // get a reader on a master get one each, which blocks on its slot for
 // BlockTime as on a standalone client (the signals runtime's work and
 // control topics, which a 3-master Cluster keeps on one master:
-// TestClusterFewSlotsPerMasterBlockAlone). Keys of different slots cannot
+// TestClusterFewSlotsPerMasterBlockAlone); when one of those stops (its
+// last subscription left, its slot moved away), a slot of the shared
+// reader below takes its place, so a master with at most 3 slots read
+// has a reader blocking on each, however its slots came and went
+// (TestClusterSharedSlotsGetFreedLanes). Keys of different slots cannot
 // share an XREAD, so the other slots share a fourth reader, which reads
 // them all with one pipeline of non-blocking XREADs and, when nothing
 // came, blocks on the slot that last had entries for a short poll, ended
@@ -501,7 +505,15 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // second; see BENCHMARKS.md). A slot that moves to another master (a
 // failover, a migration) is read by a reader of that master once the old
 // one's read failed with a redirection
-// (TestClusterReaderFollowsSlotMigration). On a Ring the reads are not
+// (TestClusterReaderFollowsSlotMigration, TestClusterSharedSlotMigrates).
+// A slot whose reads fail with an error of its own (-ASK while it
+// migrates, -MOVED before the client's slot map caught up, -WRONGTYPE) is
+// read again after a delay of its own, 20ms doubling to 2s, while the
+// other slots of its reader are read as usual: an event in one of those
+// keeps the bounds above (TestClusterMigratingSlotDoesNotStallSharedReader,
+// TestClusterWrongTypeSlotDoesNotStallSharedReader); an error of the
+// connection or the node makes the reader dial again after that delay,
+// for all its slots. On a Ring the reads are not
 // bounded per shard: each topic with a fan-out subscription or a plain
 // group subscription holds one of the client's pooled connections in each
 // of its reads (of 100ms at most), so size RingOptions.PoolSize above the

@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -231,6 +232,14 @@ type fanReader struct {
 	// when a read of it last returned entries. Both belong to the node
 	// reader that reads for it.
 	lastCheck, lastData time.Time
+	// retryAt is when its next read may be made after its XREAD failed
+	// with an error of its own hash slot (slotError: -ASK while the slot
+	// migrates, -MOVED, -TRYAGAIN, -WRONGTYPE...); retry spaces those
+	// reads out. Its node reader reads its other fanReaders meanwhile,
+	// without backing off (nodeReader.slotFailed). Both belong to the node
+	// reader that reads for it.
+	retryAt time.Time
+	retry   backoff.Backoff
 }
 
 // wake makes the node reader of r read r's inputs again soon.
@@ -242,14 +251,18 @@ func (r *fanReader) wake() { r.node.Load().bl.wake() }
 // single fanReader; on a Ring one per hash tag, for that tag's fanReader.
 // On Cluster there are up to clusterLanes per master (streamBus.placeLocked):
 // the first hash slots to get a reader on a master get a node reader each,
-// the others share the last one. Keys of different slots cannot share one
+// the others share the last one, which hands one of them to a node reader
+// of its own when one of those retires (promoteSlots). Keys of different slots cannot share one
 // XREAD (CROSSSLOT), so a node reader serving several slots reads them
 // with one pipeline of non-blocking XREADs, one per slot with entries to
 // read, and when none returned anything it blocks on one of them for a
 // short poll (pollWait, clusterPoll at most) before looking at all of them
 // again. A node reader serving a single slot blocks for BlockTime as the
 // others do. So a Backend holds at most clusterLanes connections per node
-// blocked in a read, however many slots its subscriptions use.
+// blocked in a read, however many slots its subscriptions use. An XREAD
+// that fails with an error of its slot (slotError) delays only that
+// slot's next read (slotFailed); any other error fails the node reader's
+// read as a whole: it drops its connection and waits (fail).
 type nodeReader struct {
 	s       *streamBus
 	bl      *blocker
@@ -274,6 +287,10 @@ type nodeReader struct {
 	// clusterPollMin after a read that returned entries, doubling with
 	// each poll that found none, up to clusterPoll. Loop only.
 	pollWait time.Duration
+	// promote is set when a lane of its master retired (retireNodeLocked):
+	// the shared node reader of a Cluster master then hands fanReaders to
+	// the free lanes, between two of its reads (nodeReader.promote).
+	promote atomic.Bool
 }
 
 // clusterPollMin and clusterPoll bound the blocking read of a node reader
@@ -383,6 +400,7 @@ func (s *streamBus) readerFor(key string) *fanReader {
 		group:   group,
 		key:     key,
 		streams: make(map[string]*fanStream),
+		retry:   newRetry(),
 	}
 	if s.stopping {
 		// Closing: a reader that is never read (its callers are stopping
@@ -470,6 +488,12 @@ func (s *streamBus) retireNodeLocked(d *nodeReader) {
 	delete(s.nodes, d.key)
 	close(d.quit)
 	d.bl.wake() // out of a read it may still be blocked in
+	if shared := s.nodes[d.node]; shared != nil && d.key != d.node {
+		// A lane of the master is free: its shared node reader hands it a
+		// slot (nodeReader.promote).
+		shared.promote.Store(true)
+		shared.bl.wake()
+	}
 }
 
 func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg pubsub.SubscribeConfig) (pubsub.Subscription, error) {
@@ -661,6 +685,9 @@ func (d *nodeReader) loop() {
 	ctx := d.s.ctx
 	bo := newRetry()
 	for ctx.Err() == nil {
+		if d.promote.Swap(false) {
+			d.promoteSlots()
+		}
 		if d.cluster != nil && !d.bl.connected() {
 			// Dialling anew (the start, after an error or idling): first
 			// hand the slots that another master serves now to its node
@@ -669,19 +696,42 @@ func (d *nodeReader) loop() {
 		}
 		d.bl.arm()
 		var reads []slotRead
+		var retry time.Time // the earliest retryAt of a slot left out
+		now := time.Now()
 		for _, r := range d.membersNow() {
+			if r.retryAt.After(now) {
+				if retry.IsZero() || r.retryAt.Before(retry) {
+					retry = r.retryAt
+				}
+				continue
+			}
 			if streams := r.args(); len(streams) > 0 {
 				reads = append(reads, slotRead{r, streams})
 			}
 		}
 		if len(reads) == 0 {
 			d.bl.disarm()
-			d.bl.reset() // hold no connection while idle
+			var due <-chan time.Time
+			var t *time.Timer
+			if retry.IsZero() {
+				d.bl.reset() // hold no connection while idle
+			} else {
+				// Only slots waiting for their retry: wait for the first.
+				t = time.NewTimer(time.Until(retry))
+				due = t.C
+			}
 			select {
 			case <-ctx.Done():
 			case <-d.quit:
+				if t != nil {
+					t.Stop()
+				}
 				return
 			case <-d.idle:
+			case <-due:
+			}
+			if t != nil {
+				t.Stop()
 			}
 			continue
 		}
@@ -698,9 +748,14 @@ func (d *nodeReader) loop() {
 			d.bl.disarm()
 			continue
 		}
-		if len(reads) == 1 {
+		if len(reads) == 1 && retry.IsZero() {
 			err = d.read(ctx, cmd, reads[0], block)
 		} else {
+			// Several slots, or one while another waits for its retry:
+			// poll, so that the waiting one is read again in time.
+			if !retry.IsZero() {
+				block = max(min(block, time.Until(retry)), time.Millisecond)
+			}
 			err = d.poll(ctx, cmd, reads, block)
 		}
 		if err != nil {
@@ -736,10 +791,16 @@ func (d *nodeReader) read(ctx context.Context, cmd redis.Cmdable, sr slotRead, b
 	d.bl.disarm()
 	switch {
 	case err == redis.Nil:
+		r.retry.Reset()
+	case slotError(err):
+		r.readDone(seq)
+		d.slotFailed(ctx, r, err)
+		return nil
 	case err != nil:
 		r.readDone(seq)
 		return err
 	default:
+		r.retry.Reset()
 		r.dispatch(res)
 		r.lastData = time.Now()
 		d.pollWait = clusterPollMin
@@ -771,17 +832,22 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 	}
 	_, _ = pipe.Exec(ctx)
 	var failed error
+	var slotFails []int
 	got := false
 	now := time.Now()
 	for i, sr := range reads {
 		res, err := cmds[i].Result()
 		switch {
 		case err == redis.Nil:
+			sr.r.retry.Reset()
+		case slotError(err):
+			slotFails = append(slotFails, i)
 		case err != nil:
 			if failed == nil || isMoved(err) && !isMoved(failed) {
 				failed = err
 			}
 		default:
+			sr.r.retry.Reset()
 			sr.r.dispatch(res)
 			sr.r.lastData = now
 			got = true
@@ -789,17 +855,44 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 		}
 		sr.r.readDone(seqs[i])
 	}
-	if failed != nil || got || !d.bl.fresh() {
+	if failed != nil {
+		// The connection (or the node) failed: every read did.
+		d.bl.disarm()
+		return failed
+	}
+	for _, i := range slotFails {
+		// A slot's own error: that slot waits for its retry, the others
+		// are read on as usual.
+		d.slotFailed(ctx, reads[i].r, cmds[i].Err())
+	}
+	if len(slotFails) == len(reads) {
+		// None was read: the loop waits for the first retry, or reads
+		// the slots that joined meanwhile.
+		d.bl.disarm()
+		return nil
+	}
+	if got || !d.bl.fresh() {
 		// Read again at once: more may have come, or the inputs changed
 		// (a wake after fresh is an unblock the block below gets).
 		d.bl.disarm()
 		return failed
 	}
-	next := reads[0]
-	for _, sr := range reads[1:] {
+	var next slotRead
+	for _, sr := range reads {
+		if !sr.r.retryAt.IsZero() && sr.r.retryAt.After(now) || sr.r.node.Load() != d {
+			continue // failed just now, or handed to another node reader
+		}
+		if next.r == nil {
+			next = sr
+			continue
+		}
 		if sr.r.lastData.After(next.r.lastData) || sr.r.lastData.Equal(next.r.lastData) && len(sr.streams) > len(next.streams) {
 			next = sr
 		}
+	}
+	if next.r == nil {
+		d.bl.disarm()
+		return nil
 	}
 	wait := min(block, d.pollWait)
 	d.pollWait = min(2*d.pollWait, clusterPoll)
@@ -829,6 +922,84 @@ func (d *nodeReader) rehome(ctx context.Context) {
 			d.s.move(r, d, addr)
 		}
 	}
+}
+
+// slotError reports an error of one XREAD that concerns its hash slot, not
+// the connection or the node: a reply of the server other than the ones
+// that say the node cannot serve at all (READONLY: it is a replica now,
+// LOADING, MASTERDOWN, CLUSTERDOWN, BUSY, NOAUTH). Such an error is
+// handled for its slot alone (nodeReader.slotFailed); any other error
+// fails the node reader's read as a whole (nodeReader.fail).
+func slotError(err error) bool {
+	var re redis.Error
+	if err == nil || err == redis.Nil || !errors.As(err, &re) || isNetErr(err) {
+		return false
+	}
+	for _, p := range []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "BUSY", "NOAUTH"} {
+		if redis.HasErrorPrefix(err, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// slotFailed handles an error of r's own hash slot (slotError), met by d's
+// loop: after a redirection, r goes to the node reader of the master that
+// serves its slot now when the client's slot map says so (as rehome);
+// otherwise r is not read again before retryAt, its delay growing with
+// each failure as fail's does (20ms doubling to 2s), while d goes on
+// reading its other fanReaders without delay. d keeps its connection.
+func (d *nodeReader) slotFailed(ctx context.Context, r *fanReader, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	d.s.b.opts.Logger.Warn("redisstreams: fan-out read of a hash slot failed; retrying it", "key", r.key, "err", err)
+	if isMoved(err) {
+		d.s.reloadCluster(ctx)
+		if d.cluster != nil {
+			if cli, e := d.cluster.MasterForKey(ctx, r.key); e == nil && cli.Options().Addr != d.node {
+				r.retryAt = time.Time{}
+				r.retry.Reset()
+				d.s.move(r, d, cli.Options().Addr)
+				return
+			}
+		}
+	}
+	r.retryAt = time.Now().Add(r.retry.Next())
+}
+
+// promoteSlots hands fanReaders of d, the shared node reader of a Cluster
+// master, to the master's free lanes (a node reader of their own each,
+// as placeLocked gives the first slots read on a master), the ones that
+// last had entries first. Only d's loop calls it, between its reads (as
+// rehome), after a lane of the master retired: so a master with at most
+// clusterLanes-1 slots read has a node reader for each, blocking, however
+// the slots came and went. d retires when it gave all its fanReaders away.
+func (d *nodeReader) promoteSlots() {
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || d.retired || d.cluster == nil || d.key != d.node {
+		return
+	}
+	for lane := 1; lane < clusterLanes && len(d.members) > 0; lane++ {
+		key := fmt.Sprintf("%s#%d", d.node, lane)
+		if s.nodes[key] != nil {
+			continue
+		}
+		var r *fanReader
+		for m := range d.members {
+			if r == nil || m.lastData.After(r.lastData) {
+				r = m
+			}
+		}
+		delete(d.members, r)
+		n := s.nodeLocked(d.node, key)
+		n.members[r] = struct{}{}
+		r.node.Store(n)
+		n.bl.wake()
+	}
+	s.retireNodeLocked(d)
 }
 
 // move hands the fanReader r from the node reader from to the one of the

@@ -78,16 +78,19 @@
 // reader rings them). On Cluster, keys of different hash slots cannot
 // share one XREAD: the first 3 slots to be read on a master get a reader
 // each, which blocks as on a standalone client (when one of them stops, a
-// slot of the fourth takes its place); the others share a fourth,
-// which reads them with one pipeline of non-blocking XREADs and blocks on
-// one of them for a short poll (5ms after traffic, up to 50ms when idle),
-// so an event in another of those slots may wait up to 50ms more, and an
-// idle master costs about 60 round trips a second (measured in
-// TestClusterSharedNodeReaderLatency; figures in [Backend.Subscribe] and
+// slot of the shared reader takes its place); the others share a fourth,
+// which reads them with one pipeline of non-blocking XREADs (a slot that
+// had entries again at once, the others every 5ms after traffic on
+// several slots, up to every 50ms when idle or when one slot is busy) and
+// blocks on one of them in between, so an event in another of those slots
+// may wait up to 50ms more, an idle master costs about 60 round trips a
+// second, and a busy slot a few XREADs per event plus one per quiet slot
+// per 50ms (measured in TestClusterSharedNodeReaderLatency and
+// TestClusterBusySlotReadsPerEvent; figures in [Backend.Subscribe] and
 // BENCHMARKS.md). A slot whose reads fail with an error of its own (-ASK
 // while it migrates, -WRONGTYPE) backs off alone; the other slots of its
-// reader are read as usual. A Ring is not bounded this way: each topic's reader
-// takes a pooled connection for each of its reads.
+// reader are read as usual. A Ring is not bounded this way: each topic's
+// reader takes a pooled connection for each of its reads.
 //
 // # Redeliveries
 //

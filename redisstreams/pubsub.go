@@ -490,19 +490,28 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // has a reader blocking on each, however its slots came and went
 // (TestClusterSharedSlotsGetFreedLanes). Keys of different slots cannot
 // share an XREAD, so the other slots share a fourth reader, which reads
-// them all with one pipeline of non-blocking XREADs and, when nothing
-// came, blocks on the slot that last had entries for a short poll, ended
-// with CLIENT UNBLOCK: 5ms after entries came, doubling while none come,
-// up to 50ms. The trade-off: an entry in one of those slots, other than
-// the one blocked on, waits up to 50ms (less after recent traffic), plus a
-// few round trips, where a reader of its own would have had it at once;
-// and a master whose shared reader is idle costs about 60 round trips a
-// second per Backend instead of one per BlockTime
-// (TestClusterSharedNodeReaderLatency, 30 topics on 3 masters, one event
-// at a time, without -race, five runs: on the shared readers delivery p50
-// 6-11ms, p90 30-37ms, max 41-51ms; on the slots with a reader of their
-// own p50 0.3-0.4ms, max 2ms; 58-68 round trips per master in an idle
-// second; see BENCHMARKS.md). A slot that moves to another master (a
+// them with one pipeline of non-blocking XREADs (a slot that had entries
+// again at once, the others at the poll cadence) and, when nothing came,
+// blocks on the slot that last had entries for a short poll, ended with
+// CLIENT UNBLOCK: 5ms after entries came to another slot than the last
+// one that had some, doubling while none come, up to 50ms. The trade-off:
+// an entry in one of those slots, other than the one blocked on, waits up
+// to 50ms (less after recent traffic on several slots), plus a few round
+// trips, where a reader of its own would have had it at once; a master
+// whose shared reader is idle costs about 60 round trips a second per
+// Backend instead of one per BlockTime (TestClusterSharedNodeReaderLatency,
+// 30 topics on 3 masters, one event at a time, without -race, five runs:
+// on the shared readers delivery p50 7.5-12ms, p90 37-40ms, max 51-51.4ms; on
+// the slots with a reader of their own p50 0.3ms, max 1.2ms; 58-68 round
+// trips per master in an idle second); and a steady flow to one of its
+// slots costs a few XREADs per event, plus one per quiet slot per 50ms,
+// while the quiet slots' events wait up to the 50ms of an idle node
+// (TestClusterBusySlotReadsPerEvent, about 400 events a second to one
+// slot and 5 to a quiet one, without -race, three runs: 3.4-3.6 XREADs
+// per event beside 20 quiet slots, 6.3-7.4 beside 60, the quiet slot's
+// events delivered in 2-48ms; when every slot was read again after each
+// event: 20.9-21.1 and 59.4-61.9 XREADs per event, 1.5-5.3ms). See
+// BENCHMARKS.md. A slot that moves to another master (a
 // failover, a migration) is read by a reader of that master once the old
 // one's read failed with a redirection
 // (TestClusterReaderFollowsSlotMigration, TestClusterSharedSlotMigrates).

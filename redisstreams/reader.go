@@ -240,10 +240,20 @@ type fanReader struct {
 	// reader that reads for it.
 	retryAt time.Time
 	retry   backoff.Backoff
+	// dueAt is when poll reads it next, pollWait after a read that found
+	// nothing, and hot whether its last read returned entries (read it
+	// again at once; nodeReader.poll). Both belong to the node reader
+	// that reads for it. woken is set by wake: read it at once.
+	dueAt time.Time
+	hot   bool
+	woken atomic.Bool
 }
 
 // wake makes the node reader of r read r's inputs again soon.
-func (r *fanReader) wake() { r.node.Load().bl.wake() }
+func (r *fanReader) wake() {
+	r.woken.Store(true)
+	r.node.Load().bl.wake()
+}
 
 // nodeReader makes the reads of fanReaders of one Redis node: one
 // goroutine, one dedicated blocking connection (blocker) and its waker
@@ -255,9 +265,10 @@ func (r *fanReader) wake() { r.node.Load().bl.wake() }
 // of its own when one of those retires (promoteSlots). Keys of different slots cannot share one
 // XREAD (CROSSSLOT), so a node reader serving several slots reads them
 // with one pipeline of non-blocking XREADs, one per slot with entries to
-// read, and when none returned anything it blocks on one of them for a
-// short poll (pollWait, clusterPoll at most) before looking at all of them
-// again. A node reader serving a single slot blocks for BlockTime as the
+// read that is due (a slot that had entries at once, the others at the
+// poll cadence, pollWait), and when none returned anything it blocks on
+// one of them for a short poll, until the next slot is due (clusterPoll
+// at most). A node reader serving a single slot blocks for BlockTime as the
 // others do. So a Backend holds at most clusterLanes connections per node
 // blocked in a read, however many slots its subscriptions use. An XREAD
 // that fails with an error of its slot (slotError) delays only that
@@ -283,26 +294,34 @@ type nodeReader struct {
 	// dialKey is a stream key of one of the fanReaders of the current
 	// read, for its connection on Cluster (clusterNode). Loop only.
 	dialKey string
-	// pollWait is how long the next blocking read of poll lasts: from
-	// clusterPollMin after a read that returned entries, doubling with
-	// each poll that found none, up to clusterPoll. Loop only.
+	// pollWait is the cadence of poll: how long after its last read a
+	// slot is read again, and how long poll's blocking read lasts at
+	// most; clusterPollMin after entries came to a slot other than
+	// lastHot, the last one that had some, doubling with each poll that
+	// found none, up to clusterPoll (gotData). Loop only.
 	pollWait time.Duration
+	lastHot  *fanReader
 	// promote is set when a lane of its master retired (retireNodeLocked):
 	// the shared node reader of a Cluster master then hands fanReaders to
 	// the free lanes, between two of its reads (nodeReader.promote).
 	promote atomic.Bool
 }
 
-// clusterPollMin and clusterPoll bound the blocking read of a node reader
-// that serves several Cluster hash slots (see nodeReader.poll): it lasts
-// clusterPollMin after a read that returned entries and doubles with each
-// poll that found none, up to clusterPoll. So an entry in a slot other
+// clusterPollMin and clusterPoll bound the cadence of a node reader that
+// serves several Cluster hash slots (see nodeReader.poll): a slot whose
+// read found nothing is read again pollWait later, and the blocking read
+// lasts until the next slot is due; pollWait is clusterPollMin after
+// entries came to a slot other than the last one that had some, and
+// doubles with each poll that found none, up to clusterPoll. A slot that
+// returned entries is read again at once. So an entry in a slot other
 // than the one the node reader blocks on waits up to clusterPoll (while
-// the node was idle; less after recent traffic), plus a round trip, before
-// its read; and each poll of an idle node costs three round trips: one
-// pipeline of one non-blocking XREAD per slot read, the blocking XREAD and
-// the CLIENT UNBLOCK that ends it (TestClusterSharedNodeReaderLatency
-// measures the delays; see Backend.Subscribe).
+// the node was idle or busy with one slot; less after recent traffic on
+// other slots), plus a round trip, before its read; each poll of an idle
+// node costs three round trips: one pipeline of one non-blocking XREAD per
+// slot read, the blocking XREAD and the CLIENT UNBLOCK that ends it; and
+// entries coming to one slot cost a few XREADs each, plus one XREAD per
+// quiet slot per clusterPoll (TestClusterSharedNodeReaderLatency,
+// TestClusterBusySlotReadsPerEvent; see Backend.Subscribe).
 const (
 	clusterPollMin = 5 * time.Millisecond
 	clusterPoll    = 50 * time.Millisecond
@@ -792,6 +811,7 @@ func (d *nodeReader) read(ctx context.Context, cmd redis.Cmdable, sr slotRead, b
 	switch {
 	case err == redis.Nil:
 		r.retry.Reset()
+		r.retryAt = time.Time{}
 	case slotError(err):
 		r.readDone(seq)
 		d.slotFailed(ctx, r, err)
@@ -801,81 +821,115 @@ func (d *nodeReader) read(ctx context.Context, cmd redis.Cmdable, sr slotRead, b
 		return err
 	default:
 		r.retry.Reset()
+		r.retryAt = time.Time{}
 		r.dispatch(res)
-		r.lastData = time.Now()
-		d.pollWait = clusterPollMin
+		d.gotData(r, time.Now())
+		r.readDone(seq)
+		return nil
 	}
+	r.hot, r.dueAt = false, time.Now().Add(d.pollWait)
 	r.readDone(seq)
 	return nil
 }
 
 // poll reads for several fanReaders (Cluster hash slots of one node): one
-// pipeline of non-blocking XREADs, one per slot; when none of them returned
-// an entry and nothing changed meanwhile, a blocking read of the slot that
-// last had entries (or else reads the most streams) for pollWait (at most
-// clusterPoll), so that the other slots are looked at again soon. An entry added
-// to a slot after its XREAD of the pipeline waits for the next poll; one
-// added to the slot blocked on ends the wait at once. It disarms the
-// blocker before it returns, and returns the first error (a redirection
-// first), after handing over what the other reads brought.
+// pipeline of non-blocking XREADs, one per slot that is due: it returned
+// entries at its last read (more may have come), was woken
+// (fanReader.wake: a subscription came, drained its channel...), or its
+// dueAt, pollWait (as it was then) after its last read that found
+// nothing, is less than clusterPollMin away; when none of them returned an entry and nothing changed
+// meanwhile, a blocking read of the slot that last had entries (or else
+// reads the most streams) until the next slot is due (pollWait at most,
+// clusterPoll at most), so that the other slots are looked at again
+// soon. An entry added to a slot after its XREAD waits for its next read,
+// pollWait after it (plus a round trip); one added to the slot blocked on
+// ends the wait at once. So a busy slot is read again at once while the
+// quiet ones keep their cadence, not once per entry of the busy one. It
+// disarms the blocker before it returns, and returns the first error of
+// the connection or the node (a redirection first), after handing over
+// what the other reads brought; an error of a slot's own goes to
+// slotFailed.
 func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRead, block time.Duration) error {
-	pipe := cmd.Pipeline()
-	seqs := make([]uint64, len(reads))
-	cmds := make([]*redis.XStreamSliceCmd, len(reads))
+	now := time.Now()
+	due := make([]slotRead, 0, len(reads))
+	isDue := make([]bool, len(reads))
+	early := false
 	for i, sr := range reads {
-		seqs[i] = sr.r.startRead()
-		cmds[i] = pipe.XRead(ctx, &redis.XReadArgs{
-			Streams: sr.streams,
-			Count:   int64(d.s.b.opts.BatchSize),
-			Block:   -1, // no BLOCK
-		})
+		woken := sr.r.woken.Swap(false)
+		switch {
+		case sr.r.hot || woken:
+		case !now.Before(sr.r.dueAt.Add(-clusterPollMin)):
+			early = true
+		default:
+			continue
+		}
+		isDue[i] = true
 	}
-	_, _ = pipe.Exec(ctx)
+	for i, sr := range reads {
+		// When quiet slots come due, the ones due within half a pollWait
+		// are read with them, so that slots read apart (after traffic,
+		// with other pollWaits) fall in step again: one pipeline per
+		// pollWait on an idle node, not one per slot.
+		if isDue[i] || early && !now.Before(sr.r.dueAt.Add(-d.pollWait/2)) {
+			due = append(due, sr)
+		}
+	}
 	var failed error
 	var slotFails []int
 	got := false
-	now := time.Now()
-	for i, sr := range reads {
-		res, err := cmds[i].Result()
-		switch {
-		case err == redis.Nil:
-			sr.r.retry.Reset()
-		case slotError(err):
-			slotFails = append(slotFails, i)
-		case err != nil:
-			if failed == nil || isMoved(err) && !isMoved(failed) {
-				failed = err
-			}
-		default:
-			sr.r.retry.Reset()
-			sr.r.dispatch(res)
-			sr.r.lastData = now
-			got = true
-			d.pollWait = clusterPollMin
+	if len(due) > 0 {
+		pipe := cmd.Pipeline()
+		seqs := make([]uint64, len(due))
+		cmds := make([]*redis.XStreamSliceCmd, len(due))
+		for i, sr := range due {
+			seqs[i] = sr.r.startRead()
+			cmds[i] = pipe.XRead(ctx, &redis.XReadArgs{
+				Streams: sr.streams,
+				Count:   int64(d.s.b.opts.BatchSize),
+				Block:   -1, // no BLOCK
+			})
 		}
-		sr.r.readDone(seqs[i])
-	}
-	if failed != nil {
-		// The connection (or the node) failed: every read did.
-		d.bl.disarm()
-		return failed
-	}
-	for _, i := range slotFails {
-		// A slot's own error: that slot waits for its retry, the others
-		// are read on as usual.
-		d.slotFailed(ctx, reads[i].r, cmds[i].Err())
-	}
-	if len(slotFails) == len(reads) {
-		// None was read: the loop waits for the first retry, or reads
-		// the slots that joined meanwhile.
-		d.bl.disarm()
-		return nil
+		_, _ = pipe.Exec(ctx)
+		now = time.Now()
+		for i, sr := range due {
+			r := sr.r
+			res, err := cmds[i].Result()
+			switch {
+			case err == redis.Nil:
+				r.retry.Reset()
+				r.retryAt = time.Time{}
+				r.hot, r.dueAt = false, now.Add(d.pollWait)
+			case slotError(err):
+				slotFails = append(slotFails, i)
+			case err != nil:
+				if failed == nil || isMoved(err) && !isMoved(failed) {
+					failed = err
+				}
+			default:
+				r.retry.Reset()
+				r.retryAt = time.Time{}
+				r.dispatch(res)
+				d.gotData(r, now)
+				got = true
+			}
+			r.readDone(seqs[i])
+		}
+		if failed != nil {
+			// The connection (or the node) failed: every read did.
+			d.bl.disarm()
+			return failed
+		}
+		for _, i := range slotFails {
+			// A slot's own error: that slot waits for its retry, the
+			// others are read on as usual.
+			d.slotFailed(ctx, due[i].r, cmds[i].Err())
+		}
 	}
 	if got || !d.bl.fresh() {
 		// Read again at once: more may have come, or the inputs changed
 		// (a wake after fresh is an unblock the block below gets).
 		d.bl.disarm()
-		return failed
+		return nil
 	}
 	var next slotRead
 	for _, sr := range reads {
@@ -894,7 +948,14 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 		d.bl.disarm()
 		return nil
 	}
-	wait := min(block, d.pollWait)
+	// Block until the first of the other slots is due.
+	wait := d.pollWait
+	for _, sr := range reads {
+		if sr.r != next.r && !sr.r.retryAt.After(now) && sr.r.node.Load() == d {
+			wait = min(wait, sr.r.dueAt.Sub(now))
+		}
+	}
+	wait = max(min(block, wait), time.Millisecond)
 	d.pollWait = min(2*d.pollWait, clusterPoll)
 	if !d.bl.canUnblock() {
 		return d.read(ctx, cmd, next, wait)
@@ -906,6 +967,20 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 	timer := time.AfterFunc(wait, d.bl.wake)
 	defer timer.Stop()
 	return d.read(ctx, cmd, next, min(block, 4*clusterPoll))
+}
+
+// gotData records that a read of r at now returned entries: r is read
+// again at once (hot), and when the entries came to another slot than
+// the last one that had some, the next polls are short again (pollWait
+// back to clusterPollMin). Entries that keep coming to the one busy slot
+// do not shorten them: the node reader blocks on that slot (poll), and
+// the quiet slots keep the cadence they had. Loop only.
+func (d *nodeReader) gotData(r *fanReader, now time.Time) {
+	r.hot, r.lastData = true, now
+	if d.lastHot != r {
+		d.lastHot = r
+		d.pollWait = clusterPollMin
+	}
 }
 
 // rehome hands each of d's fanReaders whose hash slot another master
@@ -953,6 +1028,7 @@ func (d *nodeReader) slotFailed(ctx context.Context, r *fanReader, err error) {
 	if ctx.Err() != nil {
 		return
 	}
+	r.hot = false
 	d.s.b.opts.Logger.Warn("redisstreams: fan-out read of a hash slot failed; retrying it", "key", r.key, "err", err)
 	if isMoved(err) {
 		d.s.reloadCluster(ctx)
@@ -997,6 +1073,7 @@ func (d *nodeReader) promoteSlots() {
 		n := s.nodeLocked(d.node, key)
 		n.members[r] = struct{}{}
 		r.node.Store(n)
+		r.woken.Store(true)
 		n.bl.wake()
 	}
 	s.retireNodeLocked(d)
@@ -1015,6 +1092,7 @@ func (s *streamBus) move(r *fanReader, from *nodeReader, to string) {
 	d.members[r] = struct{}{}
 	r.node.Store(d)
 	s.retireNodeLocked(from)
+	r.woken.Store(true)
 	d.bl.wake()
 }
 

@@ -214,8 +214,9 @@ type fanReader struct {
 	key   string // a stream key of its group: where its node is looked up
 
 	// node is the node reader that reads for it now. It changes only when
-	// that node reader moves it (its hash slot went to another master,
-	// nodeReader.rehome), between two of its reads.
+	// that node reader moves it, between two of its reads: its hash slot
+	// went to another master (nodeReader.rehome, nodeReader.slotFailed),
+	// or a lane of its master came free (nodeReader.promoteSlots).
 	node atomic.Pointer[nodeReader]
 
 	mu      sync.Mutex

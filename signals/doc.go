@@ -59,7 +59,7 @@
 //     signals/s to 1,000 threads in 60s runs, at TTL 2s with recovery 200ms
 //     and at the default TTL 15s with recovery 1s; bound TTL + recovery +
 //     2s): taken over 6-243ms after the dead owner's lease lapsed in 18 of
-//     19 timed runs of 2026-11-27 (15 of them within 44ms; 2.0-2.2s and
+//     19 timed runs of 2026-11-27 (16 of them within 44ms; 2.0-2.2s and
 //     15.0s after the kill), and once 1.07s after it (3.04s after the kill,
 //     TTL 2s), when the dead owner's own notice waited for a handler slot
 //     behind the busy threads' notices; before the lapse watch below,

@@ -40,7 +40,7 @@ import (
 // lapsed (the test logs both figures), 2.5-3.4s after the kill at TTL 2s
 // and 15.5-18.7s at the default TTL (bound 17s), on the parent of the
 // commit that added the lapse watch (lapse.go). With it: 6-243ms after the
-// lapse in 18 of 19 timed runs (15 within 44ms), once 1.07s (3.04s after
+// lapse in 18 of 19 timed runs (16 within 44ms), once 1.07s (3.04s after
 // the kill at TTL 2s).
 func TestProcTakeoverUnderSendStream(t *testing.T) {
 	t.Run("ShortTTL", func(t *testing.T) {

@@ -934,8 +934,10 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 	}
 	var next slotRead
 	for _, sr := range reads {
-		if !sr.r.retryAt.IsZero() && sr.r.retryAt.After(now) || sr.r.node.Load() != d {
-			continue // failed just now, or handed to another node reader
+		// The node first: once another node reader reads sr.r, its
+		// retryAt is that reader's to write.
+		if sr.r.node.Load() != d || !sr.r.retryAt.IsZero() && sr.r.retryAt.After(now) {
+			continue // handed to another node reader, or failed just now
 		}
 		if next.r == nil {
 			next = sr
@@ -952,7 +954,7 @@ func (d *nodeReader) poll(ctx context.Context, cmd redis.Cmdable, reads []slotRe
 	// Block until the first of the other slots is due.
 	wait := d.pollWait
 	for _, sr := range reads {
-		if sr.r != next.r && !sr.r.retryAt.After(now) && sr.r.node.Load() == d {
+		if sr.r != next.r && sr.r.node.Load() == d && !sr.r.retryAt.After(now) {
 			wait = min(wait, sr.r.dueAt.Sub(now))
 		}
 	}

@@ -347,46 +347,11 @@ func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 	wait()
 
 	// Migrate the slot of moving from src to another master.
-	admin := map[string]*redis.Client{}
-	ids := map[string]string{}
-	for _, n := range cl.Nodes() {
-		a := n.Client(t)
-		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		admin[n.Addr()], ids[n.Addr()] = a, id
-	}
-	dst := ""
-	for addr := range admin {
-		if addr != src {
-			dst = addr
-			break
-		}
-	}
-	slot := int(keys.Slot(b.keys.Stream(moving)))
-	do := func(addr string, args ...any) {
-		t.Helper()
-		if err := admin[addr].Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%s on %s: %v", args, addr, err)
-		}
-	}
-	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
-	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	ks, err := admin[src].ClusterGetKeysInSlot(ctx, slot, 1000).Result()
-	if err != nil || len(ks) == 0 {
-		t.Fatalf("keys in slot %d: %v, %v", slot, ks, err)
-	}
-	host, port, _ := strings.Cut(dst, ":")
-	for _, k := range ks {
-		if err := admin[src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
-			t.Fatalf("MIGRATE %s: %v", k, err)
-		}
-	}
-	for addr := range admin {
-		do(addr, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
-	}
-	t.Logf("slot %d (%d keys) moved from %s to %s", slot, len(ks), src, dst)
+	mig := newSlotMigration(t, cl, b, moving, src)
+	n := mig.begin()
+	mig.finish()
+	slot, dst := mig.slot, mig.dst
+	t.Logf("slot %d (%d keys) moved from %s to %s", slot, n, src, dst)
 
 	for i := range 5 {
 		publish(moving, fmt.Sprint("after-", i))
@@ -402,7 +367,7 @@ func TestClusterReaderFollowsSlotMigration(t *testing.T) {
 	if at := r.node.Load().node; at != dst {
 		t.Errorf("the migrated slot's reader is read by the node reader of %s, want %s", at, dst)
 	}
-	for addr, a := range admin {
+	for addr, a := range mig.admin {
 		_, k, err := redistest.ClientStats(ctx, a)
 		if err != nil {
 			t.Fatal(err)
@@ -509,5 +474,73 @@ func TestClusterFewSlotsPerMasterBlockAlone(t *testing.T) {
 	t.Logf("master %s: %d connections blocked in a read; delivery p50 %v, max %v", addrs[0], blocked, lat[len(lat)/2], lat[len(lat)-1])
 	if blocked != 2 {
 		t.Errorf("%d connections blocked in a read on the master, want 2 (a node reader per slot)", blocked)
+	}
+}
+
+// slotMigration moves the hash slot of a topic's stream from the master src
+// to another master, as redis-cli --cluster reshard does: begin marks the
+// slot IMPORTING on the target and MIGRATING on the source and MIGRATEs its
+// keys; finish assigns it to the target on every node (SETSLOT NODE).
+type slotMigration struct {
+	t        *testing.T
+	admin    map[string]*redis.Client // node address -> a client of that node
+	ids      map[string]string        // node address -> its CLUSTER MYID
+	src, dst string
+	slot     int
+}
+
+func newSlotMigration(t *testing.T, cl *redistest.Cluster, b *Backend, topic, src string) *slotMigration {
+	t.Helper()
+	m := &slotMigration{t: t, admin: map[string]*redis.Client{}, ids: map[string]string{}, src: src,
+		slot: int(keys.Slot(b.keys.Stream(topic)))}
+	for _, n := range cl.Nodes() {
+		a := n.Client(t)
+		id, err := a.Do(context.Background(), "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.admin[n.Addr()], m.ids[n.Addr()] = a, id
+	}
+	for addr := range m.admin {
+		if addr != src {
+			m.dst = addr
+			break
+		}
+	}
+	return m
+}
+
+func (m *slotMigration) do(addr string, args ...any) {
+	m.t.Helper()
+	if err := m.admin[addr].Do(context.Background(), args...).Err(); err != nil {
+		m.t.Fatalf("%v on %s: %v", args, addr, err)
+	}
+}
+
+// begin starts the migration and moves the slot's keys; it returns how
+// many there were.
+func (m *slotMigration) begin() int {
+	m.t.Helper()
+	ctx := context.Background()
+	m.do(m.dst, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.ids[m.src])
+	m.do(m.src, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.ids[m.dst])
+	ks, err := m.admin[m.src].ClusterGetKeysInSlot(ctx, m.slot, 1000).Result()
+	if err != nil || len(ks) == 0 {
+		m.t.Fatalf("keys in slot %d: %v, %v", m.slot, ks, err)
+	}
+	host, port, _ := strings.Cut(m.dst, ":")
+	for _, k := range ks {
+		if err := m.admin[m.src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
+			m.t.Fatalf("MIGRATE %s: %v", k, err)
+		}
+	}
+	return len(ks)
+}
+
+// finish assigns the slot to the target on every node.
+func (m *slotMigration) finish() {
+	m.t.Helper()
+	for addr := range m.admin {
+		m.do(addr, "CLUSTER", "SETSLOT", m.slot, "NODE", m.ids[m.dst])
 	}
 }

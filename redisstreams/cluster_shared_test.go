@@ -187,48 +187,11 @@ func TestClusterMigratingSlotDoesNotStallSharedReader(t *testing.T) {
 		<-got
 	}
 
-	admin := map[string]*redis.Client{}
-	ids := map[string]string{}
-	for _, n := range cl.Nodes() {
-		a := n.Client(t)
-		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		admin[n.Addr()], ids[n.Addr()] = a, id
-	}
-	dst := ""
-	for addr := range admin {
-		if addr != src {
-			dst = addr
-			break
-		}
-	}
-	slot := int(keys.Slot(b.keys.Stream(x)))
-	do := func(addr string, args ...any) {
-		t.Helper()
-		if err := admin[addr].Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%v on %s: %v", args, addr, err)
-		}
-	}
-	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
-	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	ks, err := admin[src].ClusterGetKeysInSlot(ctx, slot, 1000).Result()
-	if err != nil || len(ks) == 0 {
-		t.Fatalf("keys in slot %d: %v, %v", slot, ks, err)
-	}
-	host, port, _ := strings.Cut(dst, ":")
-	for _, k := range ks {
-		if err := admin[src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
-			t.Fatalf("MIGRATE %s: %v", k, err)
-		}
-	}
-	finish := sync.OnceFunc(func() {
-		for addr := range admin {
-			do(addr, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
-		}
-	})
+	mig := newSlotMigration(t, cl, b, x, src)
+	mig.begin()
+	finish := sync.OnceFunc(mig.finish)
 	defer finish()
+	slot, dst := mig.slot, mig.dst
 
 	// The migration is in progress (as for a large slot under
 	// redis-cli --cluster reshard): publish to y, which is not migrating.
@@ -676,30 +639,7 @@ func TestClusterSharedSlotMigrates(t *testing.T) {
 		pub(x, fmt.Sprint("x-before-", i))
 		pub(y, fmt.Sprint("y-before-", i))
 	}
-	admin := map[string]*redis.Client{}
-	ids := map[string]string{}
-	for _, n := range cl.Nodes() {
-		a := n.Client(t)
-		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		admin[n.Addr()], ids[n.Addr()] = a, id
-	}
-	dst := ""
-	for addr := range admin {
-		if addr != src {
-			dst = addr
-			break
-		}
-	}
-	slot := int(keys.Slot(b.keys.Stream(x)))
-	do := func(addr string, args ...any) {
-		t.Helper()
-		if err := admin[addr].Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%v on %s: %v", args, addr, err)
-		}
-	}
+	mig := newSlotMigration(t, cl, b, x, src)
 	// Concurrent publishing while the slot moves.
 	stop := make(chan struct{})
 	pubDone := make(chan int)
@@ -718,21 +658,9 @@ func TestClusterSharedSlotMigrates(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
-	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
-	ks, err := admin[src].ClusterGetKeysInSlot(ctx, slot, 1000).Result()
-	if err != nil || len(ks) == 0 {
-		t.Fatalf("keys in slot %d: %v, %v", slot, ks, err)
-	}
-	host, port, _ := strings.Cut(dst, ":")
-	for _, k := range ks {
-		if err := admin[src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
-			t.Fatalf("MIGRATE %s: %v", k, err)
-		}
-	}
-	for addr := range admin {
-		do(addr, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
-	}
+	mig.begin()
+	mig.finish()
+	dst := mig.dst
 	time.Sleep(100 * time.Millisecond)
 	close(stop)
 	want += <-pubDone

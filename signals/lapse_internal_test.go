@@ -46,6 +46,23 @@ func ghostHolder(t *testing.T, b *inmem.Backend, thread string, ttl, lives time.
 	return &died
 }
 
+// lapseRuntime returns a Runtime on b with lease TTL ttl, a 30s recovery
+// interval (so a nacked notice does not come back within a test) and a 50ms
+// linger, closed at the end of the test.
+func lapseRuntime(t *testing.T, b *inmem.Backend, agent Agent, ttl time.Duration) *Runtime {
+	t.Helper()
+	rt, err := New(b, agent, WithLeaseTTL(ttl), WithRecoveryInterval(30*time.Second), WithLinger(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Close(ctx)
+	})
+	return rt
+}
+
 // TestLapseNotedSignalDone: the lapse watch keeps one signal per thread
 // (the watcher's notice's). A holder that ran that signal and then died with
 // another signal of the thread pending (the next one in its queue; its
@@ -62,7 +79,7 @@ func TestLapseNotedSignalDone(t *testing.T) {
 	ctx := context.Background()
 	died := ghostHolder(t, b, thread, 600*time.Millisecond, 1500*time.Millisecond)
 	ran := make(chan string, 8)
-	rt, err := New(b, func(ctx context.Context, run *Run) error {
+	rt := lapseRuntime(t, b, func(ctx context.Context, run *Run) error {
 		for _, s := range run.Signals {
 			ran <- s.ID
 		}
@@ -73,20 +90,14 @@ func TestLapseNotedSignalDone(t *testing.T) {
 			}
 			ran <- s.ID
 		}
-	}, WithLeaseTTL(15*time.Second), WithRecoveryInterval(30*time.Second), WithLinger(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = rt.Close(cctx)
-	})
+	}, 15*time.Second)
 	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
 		t.Fatalf("send s1: %+v, %v", acc, err)
 	}
-	for rt.lapse.len() == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); rt.lapse.len() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the notice's try of the held thread left no lapse watch entry within 5s")
+		}
 	}
 	if acc, err := rt.Send(ctx, thread, Signal{ID: "s2", Type: "msg"}); err != nil || acc.Action != Forwarded {
 		t.Fatalf("send s2: %+v, %v", acc, err)
@@ -129,21 +140,13 @@ func TestLapseKeptWhileWorkWaits(t *testing.T) {
 	ctx := context.Background()
 	died := ghostHolder(t, b, thread, 600*time.Millisecond, 3*time.Second)
 	ran := make(chan time.Time, 1)
-	rt, err := New(b, func(ctx context.Context, run *Run) error {
+	rt := lapseRuntime(t, b, func(ctx context.Context, run *Run) error {
 		select {
 		case ran <- time.Now():
 		default:
 		}
 		return nil
-	}, WithLeaseTTL(time.Second), WithRecoveryInterval(30*time.Second), WithLinger(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = rt.Close(cctx)
-	})
+	}, time.Second)
 	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
 		t.Fatalf("send s1: %+v, %v", acc, err)
 	}

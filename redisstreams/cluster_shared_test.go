@@ -905,3 +905,78 @@ func TestClusterWrongTypeSlotDoesNotStallSharedReader(t *testing.T) {
 	}
 	deliver(x, "x-again", 10*time.Second)
 }
+
+// TestClusterStreamCheckBesideFailingSlot: the shared poller's stream check
+// (nodeReader.checkStreams: a stream deleted and recreated below a fan-out
+// cursor is read again from its start) still runs for a healthy slot while
+// another slot of the same poller fails on every read (its key holds a
+// string: WRONGTYPE). y's stream is deleted and recreated with an entry
+// whose ID (1-1) lies below y's cursor: XREAD from the cursor would never
+// return it, so only the check delivers it.
+func TestClusterStreamCheckBesideFailingSlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t)
+	b := psBackend(t, c, Options{BlockTime: 300 * time.Millisecond})
+	ctx := context.Background()
+	_, topics := topicsOnMaster(t, c, b, "sc.t", 5)
+	got := make(chan string, 64)
+	for _, tp := range topics {
+		if _, err := b.Subscribe(ctx, tp, func(_ context.Context, e pubsub.Event) error {
+			got <- e.ID
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first 3 took the lanes; topics[3] and topics[4] share the poller.
+	x, y := topics[3], topics[4]
+	b.bus.mu.Lock()
+	dx := b.bus.readers[b.bus.readerGroup(b.keys.Stream(x))].node.Load()
+	dy := b.bus.readers[b.bus.readerGroup(b.keys.Stream(y))].node.Load()
+	shared := len(dx.members)
+	b.bus.mu.Unlock()
+	if dx != dy || shared < 2 {
+		t.Fatalf("x and y do not share a node reader")
+	}
+	wait := func(id string, bound time.Duration) {
+		t.Helper()
+		deadline := time.After(bound)
+		for {
+			select {
+			case g := <-got:
+				if g == id {
+					return
+				}
+				t.Fatalf("got %s, want %s", g, id)
+			case <-deadline:
+				t.Fatalf("event %s not delivered in %v", id, bound)
+			}
+		}
+	}
+	if err := b.Publish(ctx, y, pubsub.Event{ID: "y-first", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	wait("y-first", 10*time.Second)
+
+	if err := c.Del(ctx, b.keys.Stream(x)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, b.keys.Stream(x), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // x's reads fail from now on
+
+	fields, _, err := encodeEvent(pubsub.Event{ID: "y-low", Type: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Del(ctx, b.keys.Stream(y)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: b.keys.Stream(y), ID: "1-1", Values: fields}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wait("y-low", 10*time.Second) // BlockTime 300ms: the check is due within it
+	t.Logf("y recreated below its cursor while %s answers WRONGTYPE: read again after %v", x, time.Since(start))
+}

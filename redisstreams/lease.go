@@ -171,9 +171,27 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		}
 		return failedCmd(ctx, err)
 	case batch != nil:
-		b.sendLeaseBatch(batch)
-		q.answered(batch, c)
-		q.finish(leaseMaxBatch)
+		// Handed a batch to lead: send it, answer its other callers and
+		// hand on the turn. On a ctx that can end this runs in a goroutine
+		// of its own, as a lone send does, so that this caller returns when
+		// ctx ends, also while the batch waits for a server that stopped
+		// answering (the others wait on their own ctx).
+		lead := func() {
+			b.sendLeaseBatch(batch)
+			q.answered(batch, c)
+			q.finish(leaseMaxBatch)
+		}
+		if ctx.Done() == nil {
+			lead()
+			return c.cmd
+		}
+		done := make(chan struct{})
+		if !awaitSend(ctx, done, func() {
+			lead()
+			close(done)
+		}) {
+			return mayHaveRun(ctx)
+		}
 	}
 	return c.cmd
 }

@@ -944,7 +944,10 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // also when a hand-off's TransferLease was in flight to that server
 // (TestCloseOnStalledServerLiveRuns; TestCloseOnStalledServerHandOff:
 // Close(ctx 1s) returned after 2.0s, where it waited 10.0s for go-redis's
-// timeouts before the hand-off was bounded too), and what it did not finish
+// timeouts before the hand-off was bounded too), and when the server stops
+// under load, with lease calls, done records and hand-offs in flight
+// (TestCloseOnStalledServerUnderLoad: 2.0s; 30-51s before those were
+// bounded by Close giving up too), and what it did not finish
 // is safe to leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
 // is deleted by its thread's next tenure. It does not close the pubsub. It

@@ -323,9 +323,13 @@ func (s *session) complete(held *lease.Held, ds []delivery) bool {
 		cached := s.record
 		s.mu.Unlock()
 		// Only while the lease is held: the write ends at the Held's loss
-		// deadline (a client that honours ctx deadlines gives up then).
+		// deadline (a client that honours ctx deadlines gives up then), or
+		// when Close gives up on the teardown (tearCtx: the record is then
+		// left as it was, as when the write fails).
 		ctx, cancel := context.WithDeadline(held.Context(), held.Deadline())
+		stop := context.AfterFunc(s.rt.tearCtx, cancel)
 		rec, err := writeRecord(ctx, s.rt.lp, s.thread, cached, ids, marks, s.rt.cfg.dedup)
+		stop()
 		cancel()
 		if err != nil {
 			s.rt.log.Warn("signals: writing the done record failed", "thread", s.thread, "err", err)

@@ -17,7 +17,9 @@ import (
 // queued it frees its slot. Under load each batch thus carries every request
 // that arrived while the previous ones were in flight: the deeper the queue,
 // the larger the batch, and no goroutine is started or switched to beyond
-// the callers themselves.
+// the callers themselves. (A user may instead send from a goroutine of its
+// own that keeps the turn while requests queue, taking each batch with
+// next: runLease does, for callers whose ctx can end.)
 //
 // The zero value is ready to use.
 type combiner[T member[T]] struct {
@@ -98,8 +100,9 @@ func (c *combiner[T]) await(ctx context.Context, item T, maxBatch int, send func
 	return nil, true, ctx.Err()
 }
 
-// answered wakes the callers of batch, except self (the leader), whose
-// requests now hold their results.
+// answered wakes the callers of batch, except self (the leader; the zero T
+// for a batch taken by next, whose callers are all waiting), whose requests
+// now hold their results.
 func (c *combiner[T]) answered(batch []T, self T) {
 	for _, x := range batch {
 		if x != self {
@@ -131,6 +134,29 @@ func (c *combiner[T]) finish(maxBatch int) {
 	t := batch[0].turn()
 	t.batch = batch
 	close(t.wake)
+}
+
+// next ends a turn as finish does, for a leader that sends from a goroutine
+// of its own and goes on sending: it takes the first maxBatch queued
+// requests (their callers are not woken: they wait to be answered, and
+// their await, should their ctx end, finds them taken and sent) and returns
+// them, or frees the slot and returns nil when none are queued.
+func (c *combiner[T]) next(maxBatch int) []T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) == 0 {
+		c.active--
+		return nil
+	}
+	var batch []T
+	if len(c.queue) <= maxBatch {
+		batch, c.queue = c.queue, nil
+	} else {
+		batch = make([]T, maxBatch)
+		copy(batch, c.queue)
+		c.queue = append(c.queue[:0], c.queue[maxBatch:]...)
+	}
+	return batch
 }
 
 // straggled ends a leader started for a caller that gave up.

@@ -153,11 +153,13 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 			return c.cmd
 		}
 		// c's turn.wake, unused by a leader, tells when the send is done.
+		// The goroutine then goes on sending what queued meanwhile
+		// (sendQueued), rather than wake a queued caller to lead it.
 		done := c.turn().wake
 		if awaitSend(ctx, done, func() {
 			b.sendCall(ctx, c)
-			q.finish(leaseMaxBatch)
 			close(done)
+			b.sendQueued()
 		}) {
 			return c.cmd
 		}
@@ -171,29 +173,43 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		}
 		return failedCmd(ctx, err)
 	case batch != nil:
-		// Handed a batch to lead: send it, answer its other callers and
-		// hand on the turn. On a ctx that can end this runs in a goroutine
-		// of its own, as a lone send does, so that this caller returns when
-		// ctx ends, also while the batch waits for a server that stopped
-		// answering (the others wait on their own ctx).
-		lead := func() {
+		// Handed a batch to lead (by a leader whose ctx could not end):
+		// send it, answer its other callers and hand on the turn. On a ctx
+		// that can end this runs in a goroutine of its own, as a lone send
+		// does, so that this caller returns when ctx ends, also while the
+		// batch waits for a server that stopped answering (the others wait
+		// on their own ctx); that goroutine goes on sending what queued
+		// meanwhile.
+		if ctx.Done() == nil {
 			b.sendLeaseBatch(batch)
 			q.answered(batch, c)
 			q.finish(leaseMaxBatch)
-		}
-		if ctx.Done() == nil {
-			lead()
 			return c.cmd
 		}
 		done := make(chan struct{})
 		if !awaitSend(ctx, done, func() {
-			lead()
+			b.sendLeaseBatch(batch)
+			q.answered(batch, c)
 			close(done)
+			b.sendQueued()
 		}) {
 			return mayHaveRun(ctx)
 		}
 	}
 	return c.cmd
+}
+
+// sendQueued is the rest of the turn of a leader that sends from a goroutine
+// of its own (runLease on a ctx that can end): while calls are queued it
+// sends them in batches and answers them, then frees the slot. A caller
+// never waits on it to lead, so each such turn costs one goroutine however
+// many batches it sends.
+func (b *Backend) sendQueued() {
+	q := &b.leaseQ
+	for batch := q.next(leaseMaxBatch); batch != nil; batch = q.next(leaseMaxBatch) {
+		b.sendLeaseBatch(batch)
+		q.answered(batch, nil)
+	}
 }
 
 // mayHaveRun returns a command failed with ctx's error, for a script that

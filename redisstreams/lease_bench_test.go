@@ -42,10 +42,31 @@ func BenchmarkLeaseCycle(b *testing.B) {
 	leaseCycles(b, be)
 }
 
+// BenchmarkLeaseCycleCancelable is BenchmarkLeaseCycle on a ctx that can
+// be cancelled, as a request's ctx can: the calls that lead a coalesced
+// batch send it from a goroutine of their own (runLease), so that they
+// return when ctx ends.
+func BenchmarkLeaseCycleCancelable(b *testing.B) {
+	c := benchClient(b)
+	be, err := New(c, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	b.SetParallelism(benchParallelism())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaseCyclesCtx(ctx, b, be)
+}
+
 // leaseCycles runs acquire + release cycles on be, each parallel caller on
 // a key of its own, from b's timer reset on.
 func leaseCycles(b *testing.B, be *Backend) {
-	ctx := context.Background()
+	leaseCyclesCtx(context.Background(), b, be)
+}
+
+// leaseCyclesCtx is leaseCycles on ctx.
+func leaseCyclesCtx(ctx context.Context, b *testing.B, be *Backend) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := benchSeq.Add(1)

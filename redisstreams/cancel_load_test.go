@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
 )
 
 // TestCancelledCallsUnderLoadOnStalledServer: doc.go, "Clients and
@@ -131,5 +133,41 @@ func cancelledUnderLoad(t *testing.T, deadline bool) {
 	t.Logf("%d cycles before the stall; last caller returned %v after the cancel", total, d.Round(time.Millisecond))
 	if d > time.Second {
 		t.Errorf("a lease call returned %v after its ctx was cancelled on a stalled server, want within 1s", d.Round(time.Millisecond))
+	}
+}
+
+// TestSubscribeCancelledOnStalledServer: pubsub.Subscribe's ctx bounds its
+// setup; a group subscription's setup (createGroupAndGuard, one round trip
+// go-redis never retries) returns when its ctx is cancelled while the server
+// is stopped (SIGSTOP), with an error wrapping context.Canceled, not after
+// the client's ReadTimeout (NewURL client, go-redis defaults: 3s). The
+// signals runtime's inbox subscriptions rely on it to keep Close bounded
+// (TestCloseOnStalledServerUnderAcquireLoad).
+func TestSubscribeCancelledOnStalledServer(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	nop := func(context.Context, pubsub.Event) error { return nil }
+	if _, err := b.Subscribe(ctx, "warm", nop, pubsub.Group("g")); err != nil {
+		t.Fatal(err) // the connection is up
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = b.Subscribe(cctx, "stalled", nop, pubsub.Group("g"))
+	d := time.Since(start)
+	t.Logf("Subscribe returned %v after %v", err, d.Round(time.Millisecond))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Subscribe on a stalled server, ctx cancelled: %v, want an error wrapping context.Canceled", err)
+	}
+	if d > 1200*time.Millisecond {
+		t.Errorf("Subscribe returned %v after its start, %v after the cancel; want within 1s of it", d.Round(time.Millisecond), (d - 200*time.Millisecond).Round(time.Millisecond))
 	}
 }

@@ -127,7 +127,7 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	consumer := s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10)
 	guard := s.b.keys.StreamMeta(topic, "rguard:"+consumer)
-	if err := s.createGroupAndGuard(ctx, key, cfg.Group, start, guard); err != nil {
+	if err := s.setupGroup(ctx, key, cfg.Group, start, guard); err != nil {
 		return nil, err
 	}
 	// A member reads up to BatchSize entries ahead of its handlers, so that
@@ -187,6 +187,29 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	s.add(g)
 	return g, nil
+}
+
+// setupGroup runs createGroupAndGuard for Subscribe, and returns when ctx
+// ends, also while the round trip waits for a server that stopped answering
+// (go-redis ends a blocked read at ctx's deadline only with
+// ContextTimeoutEnabled, and never when ctx is cancelled): the round trip
+// then goes on in a goroutine of its own until the client answers or gives
+// up. What it may still create is harmless: the group and its stream (the
+// stream's owner deletes or trims it as before) and a read guard that
+// expires after readGuardTTL.
+func (s *streamBus) setupGroup(ctx context.Context, key, group, start, guard string) error {
+	if ctx.Done() == nil {
+		return s.createGroupAndGuard(ctx, key, group, start, guard)
+	}
+	var err error
+	done := make(chan struct{})
+	if awaitSend(ctx, done, func() {
+		err = s.createGroupAndGuard(ctx, key, group, start, guard)
+		close(done)
+	}) {
+		return err
+	}
+	return fmt.Errorf("redisstreams: subscribe to group %q of %q: %w (the group may have been created)", group, key, ctx.Err())
 }
 
 // readGuardTTL is how long a read guard (read.lua) outlives the latest read

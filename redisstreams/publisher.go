@@ -62,11 +62,13 @@ func (r *pubReq) firstErr() error {
 func (r *pubReq) turn() *turn[*pubReq] { return &r.t }
 
 // publish sends one XADD of fields on the stream key and returns once Redis
-// has replied to it. Concurrent calls are coalesced (see combiner): when no
-// batch is in flight the caller writes its XADD itself, at once, on ctx;
-// otherwise it queues, and everything queued while the current batch is in
-// flight goes out as the next pipeline (up to BatchSize commands), sent by
-// the first queued caller; each caller gets its own command's result.
+// has replied to it, or when ctx ends. Concurrent calls are coalesced (see
+// combiner): when no batch is in flight the caller writes its XADD at once,
+// on ctx (itself when ctx cannot end, else from a goroutine of its own that
+// it waits for); otherwise it queues, and everything queued while the
+// current batch is in flight goes out as the next pipeline (up to BatchSize
+// commands), sent by that goroutine or by the first queued caller; each
+// caller gets its own command's result.
 func (s *streamBus) publish(ctx context.Context, key, group string, fields []string) error {
 	return s.publishUnit(ctx, &pubReq{key: key, fields: fields, group: group, trim: s.trimDue()})
 }
@@ -83,22 +85,70 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 	s.start()
 	q, bs := &s.pubQ, s.b.opts.BatchSize
 	if q.join(r, pubMaxActive) {
-		s.send(ctx, r)
-		q.finish(bs)
-		return r.firstErr()
+		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+			s.send(ctx, r)
+			q.finish(bs)
+			return r.firstErr()
+		}
+		// On a ctx that can end the leader sends from a goroutine of its
+		// own, which then goes on sending what queued meanwhile
+		// (sendQueued), so that this caller returns when ctx ends, also
+		// while the write waits for a server that stopped answering
+		// (go-redis does not end a blocked read when ctx is cancelled).
+		// r's turn.wake, unused by a leader, tells when the send is done.
+		done := r.t.wake
+		if awaitSend(ctx, done, func() {
+			s.send(ctx, r)
+			close(done)
+			s.sendQueued()
+		}) {
+			return r.firstErr()
+		}
+		return s.mayBeStored(ctx, r)
 	}
 	batch, sent, err := q.await(ctx, r, bs, s.sendBatch)
 	switch {
 	case err != nil && !sent:
 		return err
 	case err != nil:
-		return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", r.key, err)
+		return s.mayBeStored(ctx, r)
 	case batch != nil:
-		s.sendBatch(batch)
-		q.answered(batch, r)
-		q.finish(bs)
+		// Handed a batch to lead (by a leader whose ctx could not end): as
+		// above, from a goroutine of its own when ctx can end.
+		if ctx.Done() == nil {
+			s.sendBatch(batch)
+			q.answered(batch, r)
+			q.finish(bs)
+			break
+		}
+		done := make(chan struct{})
+		if !awaitSend(ctx, done, func() {
+			s.sendBatch(batch)
+			q.answered(batch, r)
+			close(done)
+			s.sendQueued()
+		}) {
+			return s.mayBeStored(ctx, r)
+		}
 	}
 	return r.firstErr()
+}
+
+// mayBeStored returns the error of a publish whose ctx ended after its
+// write was handed on: the event may have been stored, or may still be.
+func (s *streamBus) mayBeStored(ctx context.Context, r *pubReq) error {
+	return fmt.Errorf("redisstreams: publish to %q: %w (the event may have been stored)", r.key, ctx.Err())
+}
+
+// sendQueued is the rest of the turn of a leader that sends from a goroutine
+// of its own (publishUnit on a ctx that can end): while publishes are
+// queued it sends them in batches and answers them, then frees the slot.
+func (s *streamBus) sendQueued() {
+	q, bs := &s.pubQ, s.b.opts.BatchSize
+	for batch := q.next(bs); batch != nil; batch = q.next(bs) {
+		s.sendBatch(batch)
+		q.answered(batch, nil)
+	}
 }
 
 // xaddArgs returns the XADD of r. It does not trim: retention is kept by

@@ -37,8 +37,44 @@ func psBenchFields() []string {
 // BenchmarkPublishPipelined publishes from many goroutines; Publish
 // coalesces them into pipelines.
 func BenchmarkPublishPipelined(b *testing.B) {
+	publishPipelined(b, context.Background())
+}
+
+// BenchmarkPublishPipelinedCancelable is BenchmarkPublishPipelined on a ctx
+// that can be cancelled, as a request's ctx can: a leader then sends from a
+// goroutine of its own (publishUnit), so that it returns when ctx ends.
+func BenchmarkPublishPipelinedCancelable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	publishPipelined(b, ctx)
+}
+
+// BenchmarkPublishSerial publishes from one goroutine, each Publish alone
+// (the leader's direct path), on context.Background and on a ctx that can
+// be cancelled.
+func BenchmarkPublishSerial(b *testing.B) {
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"Background", context.Background()}, {"Cancelable", cctx}} {
+		b.Run(bc.name, func(b *testing.B) {
+			be := psBackend(b, psBenchClient(b), Options{MaxLen: -1})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := be.Publish(bc.ctx, "bench", pubsub.Event{Type: "bench", Data: []byte(`{"n":12345,"s":"payload"}`)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// publishPipelined is BenchmarkPublishPipelined on ctx.
+func publishPipelined(b *testing.B, ctx context.Context) {
 	be := psBackend(b, psBenchClient(b), Options{MaxLen: -1})
-	ctx := context.Background()
 	b.SetParallelism(psBenchPublishers)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -470,7 +470,18 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 	rt.mu.Unlock()
 
 	runID, owner := rt.newRun()
-	held, err := rt.keeper.Keep(context.WithoutCancel(ctx), LeaseKey(thread), owner, rt.cfg.ttl)
+	// The acquire is not cut short by the caller's ctx (a Send that gives
+	// up mid-acquire would leave the thread leased to a run that never
+	// starts, until the TTL), but by Close giving up (hardCtx): Close
+	// waits for this session (rt.wg), and an acquire in flight to a server
+	// that stopped answering would hold it for go-redis's timeouts and
+	// retries (TestCloseOnStalledServerUnderAcquireLoad). A lease won that
+	// way expires after its TTL, as Close's doc says.
+	kctx, kcancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(rt.hardCtx, kcancel)
+	held, err := rt.keeper.Keep(kctx, LeaseKey(thread), owner, rt.cfg.ttl)
+	stop()
+	kcancel()
 	if err != nil {
 		var he *lease.HeldError
 		if errors.As(err, &he) {

@@ -430,7 +430,12 @@ func (s *session) loop() {
 	//
 	// It reads on demand: it holds no connection waiting for signals
 	// (pubsub.ReadOnDemand), and reads when told to by kick.
-	sub, err := rt.ps.Subscribe(context.Background(), InboxTopic(s.thread), s.handle,
+	//
+	// The setup is not bounded by the TTL, but by Close giving up
+	// (hardCtx): Close waits for this tenure, and a setup in flight to a
+	// server that stopped answering would hold it for go-redis's timeouts
+	// (TestCloseOnStalledServerUnderAcquireLoad).
+	sub, err := rt.ps.Subscribe(rt.hardCtx, InboxTopic(s.thread), s.handle,
 		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
 		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand())
 	if err != nil {

@@ -138,9 +138,10 @@ func cancelledUnderLoad(t *testing.T, deadline bool) {
 
 // TestSubscribeCancelledOnStalledServer: pubsub.Subscribe's ctx bounds its
 // setup; a group subscription's setup (createGroupAndGuard, one round trip
-// go-redis never retries) returns when its ctx is cancelled while the server
-// is stopped (SIGSTOP), with an error wrapping context.Canceled, not after
-// the client's ReadTimeout (NewURL client, go-redis defaults: 3s). The
+// go-redis never retries) and a fan-out's from Latest (the stream's last ID)
+// return when their ctx is cancelled while the server is stopped (SIGSTOP),
+// with an error wrapping context.Canceled, not after the client's timeouts
+// (NewURL client, go-redis defaults: 5.0s for the group's before). The
 // signals runtime's inbox subscriptions rely on it to keep Close bounded
 // (TestCloseOnStalledServerUnderAcquireLoad).
 func TestSubscribeCancelledOnStalledServer(t *testing.T) {
@@ -158,16 +159,24 @@ func TestSubscribeCancelledOnStalledServer(t *testing.T) {
 	}
 	srv.Pause(t)
 	defer srv.Resume(t)
-	cctx, cancel := context.WithCancel(ctx)
-	time.AfterFunc(200*time.Millisecond, cancel)
-	start := time.Now()
-	_, err = b.Subscribe(cctx, "stalled", nop, pubsub.Group("g"))
-	d := time.Since(start)
-	t.Logf("Subscribe returned %v after %v", err, d.Round(time.Millisecond))
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Subscribe on a stalled server, ctx cancelled: %v, want an error wrapping context.Canceled", err)
-	}
-	if d > 1200*time.Millisecond {
-		t.Errorf("Subscribe returned %v after its start, %v after the cancel; want within 1s of it", d.Round(time.Millisecond), (d - 200*time.Millisecond).Round(time.Millisecond))
+	for _, tc := range []struct {
+		name string
+		opts []pubsub.SubscribeOption
+	}{
+		{"Group", []pubsub.SubscribeOption{pubsub.Group("g")}},
+		{"FanOutLatest", []pubsub.SubscribeOption{pubsub.StartFrom(pubsub.Latest)}}, // reads the stream's last ID
+	} {
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		_, err = b.Subscribe(cctx, "stalled-"+tc.name, nop, tc.opts...)
+		d := time.Since(start)
+		t.Logf("%s: Subscribe returned %v after %v", tc.name, err, d.Round(time.Millisecond))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: Subscribe on a stalled server, ctx cancelled: %v, want an error wrapping context.Canceled", tc.name, err)
+		}
+		if d > 1200*time.Millisecond {
+			t.Errorf("%s: Subscribe returned %v after its start, %v after the cancel; want within 1s of it", tc.name, d.Round(time.Millisecond), (d - 200*time.Millisecond).Round(time.Millisecond))
+		}
 	}
 }

@@ -686,6 +686,27 @@ func isNetErr(err error) bool {
 // lastStreamID returns the last id generated in the stream at key ("0-0"
 // when it does not exist). Fan-out subscriptions with StartFrom(Latest)
 // start after it.
+// startID is lastStreamID for a fan-out Subscribe from Latest, and returns
+// when ctx ends, as setupGroup does for a group's setup (its read goes on
+// in a goroutine of its own until the client answers or gives up).
+func (s *streamBus) startID(ctx context.Context, key string) (string, error) {
+	if ctx.Done() == nil {
+		return s.lastStreamID(ctx, key)
+	}
+	var (
+		id  string
+		err error
+	)
+	done := make(chan struct{})
+	if awaitSend(ctx, done, func() {
+		id, err = s.lastStreamID(ctx, key)
+		close(done)
+	}) {
+		return id, err
+	}
+	return "", fmt.Errorf("redisstreams: subscribe to %q: %w", key, ctx.Err())
+}
+
 func (s *streamBus) lastStreamID(ctx context.Context, key string) (string, error) {
 	info, err := s.b.client.XInfoStream(ctx, key).Result()
 	switch {

@@ -521,7 +521,7 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 	key := s.b.keys.Stream(topic)
 	cursor := "0-0"
 	if cfg.StartFrom == pubsub.Latest {
-		id, err := s.lastStreamID(ctx, key)
+		id, err := s.startID(ctx, key)
 		if err != nil {
 			return nil, err
 		}

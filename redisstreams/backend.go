@@ -246,7 +246,10 @@ type Backend struct {
 	bus streamBus // pubsub.go
 
 	leaseQ combiner[*leaseCall] // lease.go: coalesces concurrent lease scripts
-	hints  scriptHints          // lease.go: lease scripts seen cached
+	// late counts the sends that go on after their call returned at its
+	// ctx's end (awaitSend): Shutdown waits for them.
+	late  lateGroup
+	hints scriptHints // lease.go: lease scripts seen cached
 }
 
 var (
@@ -371,8 +374,13 @@ func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
 // waits for them to return and for their acks to be written; entries a group
 // subscription read and did not start are handed back to the group at once.
 // Then it stops the readers, writes the remaining acks, and closes the client
-// when NewURL made it. It returns nil when all that is done (a later call
-// returns nil too), or the errors it met.
+// when NewURL made it. Last it waits for the sends that calls left behind
+// when they returned at their ctx's end (lease calls, publishes, Subscribe
+// setups and Flush's checks that were waiting for a server that stopped
+// answering: see "Clients and deadlines" in the package doc): with a client
+// NewURL made they end as it closes, with the caller's client when it
+// answers or gives up (its timeouts). It returns nil when all that is done
+// (a later call returns nil too), or the errors it met.
 //
 // When Redis stops answering, each subscription's clean-up gives up after
 // 10s and the remaining acks after 10s more: their entries stay pending
@@ -397,6 +405,7 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 		if b.ownClient {
 			err = errors.Join(err, b.client.Close())
 		}
+		b.late.wait()
 		<-stragglers
 		return err
 	})

@@ -182,3 +182,41 @@ func (c *combiner[T]) wait() {
 		c.idle.Wait()
 	}
 }
+
+// lateGroup counts goroutines that may go on after the call that started
+// them returned (a send whose caller's ctx ended: awaitSend); wait returns
+// when none runs. Unlike a sync.WaitGroup's, its add may race its wait (a
+// Shutdown that gave up while calls still run). The zero value is ready.
+type lateGroup struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond // lazily made, on mu; broadcast when n drops to zero
+}
+
+func (l *lateGroup) add() {
+	l.mu.Lock()
+	l.n++
+	l.mu.Unlock()
+}
+
+func (l *lateGroup) done() {
+	l.mu.Lock()
+	l.n--
+	if l.n == 0 && l.idle != nil {
+		l.idle.Broadcast()
+	}
+	l.mu.Unlock()
+}
+
+// wait returns when no goroutine counted by add runs; one added after it
+// returned is not waited for.
+func (l *lateGroup) wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.n > 0 {
+		if l.idle == nil {
+			l.idle = sync.NewCond(&l.mu)
+		}
+		l.idle.Wait()
+	}
+}

@@ -152,9 +152,12 @@
 // TestSubscribeCancelledOnStalledServer): the error wraps ctx's and says the
 // script or event was sent and may have run or been stored (TestCancelledCallOnStalledServer:
 // within 1s of the cancel on a SIGSTOPped server; before, 5.0s, go-redis's
-// ReadTimeout). The script's send then goes on in a goroutine of its own
-// until the client answers or gives up (its timeouts, or Close of a client
-// NewURL made). On a ctx already ended they send nothing and return its
+// ReadTimeout). The send then goes on in a goroutine of its own until the
+// client answers or gives up (its timeouts, or Close of a client NewURL
+// made), and Close and Shutdown wait for it (TestCloseWaitsForLeftPublishes,
+// TestCloseWaitsForLeftGroupSetup). Flush's checks of a group's progress
+// are sent the same way (TestFlushCancelledOnStalledServer: at the cancel;
+// before, 4.8s). On a ctx already ended they send nothing and return its
 // error alone (TestCancelledBeforeCallSendsNothing). A ctx that cannot end
 // (context.Background) costs nothing; on one that can, a script sent alone
 // waits in that goroutine, which costs the wake-ups of a second goroutine:

@@ -203,7 +203,7 @@ func (s *streamBus) setupGroup(ctx context.Context, key, group, start, guard str
 	}
 	var err error
 	done := make(chan struct{})
-	if awaitSend(ctx, done, func() {
+	if s.b.awaitSend(ctx, done, func() {
 		err = s.createGroupAndGuard(ctx, key, group, start, guard)
 		close(done)
 	}) {
@@ -273,7 +273,19 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: g.key, Group: g.group, Start: "-", End: id, Count: 1, Consumer: g.consumer,
 	})
-	_, _ = pipe.Exec(ctx)
+	if ctx.Done() == nil {
+		_, _ = pipe.Exec(ctx)
+	} else {
+		// Flush returns when its ctx ends, also while this check waits
+		// for a server that stopped answering (awaitSend).
+		done := make(chan struct{})
+		if !g.s.b.awaitSend(ctx, done, func() {
+			_, _ = pipe.Exec(ctx)
+			close(done)
+		}) {
+			return false, ctx.Err()
+		}
+	}
 	infos, err := groups.Result()
 	switch {
 	case isNoSuchKey(err) || isNoGroup(err):

@@ -156,7 +156,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		// The goroutine then goes on sending what queued meanwhile
 		// (sendQueued), rather than wake a queued caller to lead it.
 		done := c.turn().wake
-		if awaitSend(ctx, done, func() {
+		if b.awaitSend(ctx, done, func() {
 			b.sendCall(ctx, c)
 			close(done)
 			b.sendQueued()
@@ -187,7 +187,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 			return c.cmd
 		}
 		done := make(chan struct{})
-		if !awaitSend(ctx, done, func() {
+		if !b.awaitSend(ctx, done, func() {
 			b.sendLeaseBatch(batch)
 			q.answered(batch, c)
 			close(done)
@@ -231,9 +231,14 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 // false as soon as ctx ends: send then goes on alone until the client
 // answers or gives up (its timeouts, or Close of a client NewURL made, which
 // closes its connections), and the caller must not touch what send writes
-// (read the command only after a true).
-func awaitSend(ctx context.Context, done <-chan struct{}, send func()) bool {
-	go send()
+// (read the command only after a true). The goroutine is counted in b.late,
+// which Shutdown waits for.
+func (b *Backend) awaitSend(ctx context.Context, done <-chan struct{}, send func()) bool {
+	b.late.add()
+	go func() {
+		defer b.late.done()
+		send()
+	}()
 	select {
 	case <-done:
 		return true
@@ -258,7 +263,7 @@ func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
 		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
 	done := make(chan struct{})
-	if awaitSend(ctx, done, func() {
+	if b.awaitSend(ctx, done, func() {
 		b.sendCall(ctx, c)
 		close(done)
 	}) {

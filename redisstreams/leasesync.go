@@ -25,7 +25,7 @@ func (b *Backend) runSynced(ctx context.Context, c *leaseCall, leaseKey string, 
 	var reply any
 	var err error
 	done := make(chan struct{})
-	if !awaitSend(ctx, done, func() {
+	if !b.awaitSend(ctx, done, func() {
 		reply, err = b.runSyncedNow(ctx, c, leaseKey, won)
 		close(done)
 	}) {

@@ -97,7 +97,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 		// (go-redis does not end a blocked read when ctx is cancelled).
 		// r's turn.wake, unused by a leader, tells when the send is done.
 		done := r.t.wake
-		if awaitSend(ctx, done, func() {
+		if s.b.awaitSend(ctx, done, func() {
 			s.send(ctx, r)
 			close(done)
 			s.sendQueued()
@@ -122,7 +122,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 			break
 		}
 		done := make(chan struct{})
-		if !awaitSend(ctx, done, func() {
+		if !s.b.awaitSend(ctx, done, func() {
 			s.sendBatch(batch)
 			q.answered(batch, r)
 			close(done)

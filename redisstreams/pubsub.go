@@ -698,7 +698,7 @@ func (s *streamBus) startID(ctx context.Context, key string) (string, error) {
 		err error
 	)
 	done := make(chan struct{})
-	if awaitSend(ctx, done, func() {
+	if s.b.awaitSend(ctx, done, func() {
 		id, err = s.lastStreamID(ctx, key)
 		close(done)
 	}) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -37,10 +39,73 @@ func TestCancelledCallsUnderLoadOnStalledServer(t *testing.T) {
 }
 
 func cancelledUnderLoad(t *testing.T, deadline bool) {
+	n, d := ctxEndsUnderStall(t, deadline, false, 32, "runLease", leaseCycle)
+	t.Logf("%d cycles before the stall; last caller returned %v after the ctx ended", n, d.Round(time.Millisecond))
+	if d > time.Second {
+		t.Errorf("a lease call returned %v after its ctx ended on a stalled server, want within 1s", d.Round(time.Millisecond))
+	}
+}
+
+// TestCancelledCallsBesideBackgroundOnStalledServer: as
+// TestCancelledCallsUnderLoadOnStalledServer, but half the callers run on
+// context.Background, so that a leader whose ctx cannot end (it sends
+// inline) hands the queue on to a caller whose ctx can: that caller must
+// still return at its ctx's end (runLease and publishUnit, the branch for a
+// batch handed to lead). The client has a 5s ReadTimeout and no retries, so
+// that the callers on context.Background come back 5s into the stall.
+func TestCancelledCallsBesideBackgroundOnStalledServer(t *testing.T) {
+	for _, tc := range []struct {
+		name, stuckIn string
+		op            func(b *Backend, ctx context.Context, i int) error
+	}{
+		{"Lease", "runLease", leaseCycle},
+		{"Publish", "publishUnit", func(b *Backend, ctx context.Context, i int) error {
+			return b.Publish(ctx, fmt.Sprintf("pl%d", i%4), pubsub.Event{Type: "x", Data: []byte("d")})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, d := ctxEndsUnderStall(t, false, true, 32, tc.stuckIn, tc.op)
+			t.Logf("%d ops before the stall; the last caller on the cancelled ctx returned %v after the cancel", n, d.Round(time.Millisecond))
+			if d > time.Second {
+				t.Errorf("a call returned %v after its ctx was cancelled on a stalled server, want within 1s", d.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// leaseCycle acquires and releases caller i's own lease.
+func leaseCycle(b *Backend, ctx context.Context, i int) error {
+	key, owner := fmt.Sprintf("k%d", i), fmt.Sprintf("o%d", i)
+	if _, err := b.AcquireLease(ctx, key, owner, time.Minute); err != nil {
+		return err
+	}
+	return b.ReleaseLease(ctx, key, owner)
+}
+
+// ctxEndsUnderStall runs op in a loop from callers goroutines (i is the
+// caller's number) on one ctx, against a Backend from NewURL (go-redis
+// defaults) on a server of its own; 500ms in, it stops the server (SIGSTOP),
+// and 200ms later it cancels the ctx (or, with deadline, lets the ctx reach
+// its deadline then). It returns how many ops succeeded and how long after
+// the ctx ended the last caller on that ctx returned. With mixed, the
+// callers with an even i run on context.Background instead, on a client
+// with a 5s ReadTimeout and no retries (they come back 5s into the stall).
+// A caller still in a frame named stuckIn 2s after the ctx ended is logged
+// with its stack.
+func ctxEndsUnderStall(t *testing.T, deadline, mixed bool, callers int, stuckIn string, op func(b *Backend, ctx context.Context, i int) error) (int, time.Duration) {
+	t.Helper()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	var b *Backend
+	var err error
+	if mixed {
+		b, err = NewURL(ctx, srv.URL(), Options{Prefix: psPrefix(), ConfigureClient: func(o *redis.Options) {
+			o.ReadTimeout, o.MaxRetries = 5*time.Second, -1
+		}})
+	} else {
+		b, err = NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,40 +116,31 @@ func cancelledUnderLoad(t *testing.T, deadline bool) {
 		cctx, cancel = context.WithTimeout(ctx, 700*time.Millisecond) // 500ms of load + 200ms of stall
 	}
 	defer cancel()
-	const callers = 32
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var lastReturn time.Time
-	var slowest time.Duration
-	var cancelledAt time.Time
-	var cycles [callers]int
+	var (
+		wg                      sync.WaitGroup
+		mu                      sync.Mutex
+		lastReturn, cancelledAt time.Time
+		ops                     int
+	)
 	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("k%d", i)
-			owner := fmt.Sprintf("o%d", i)
-			for cctx.Err() == nil {
-				if _, err := b.AcquireLease(cctx, key, owner, time.Minute); err != nil {
-					break
-				}
-				if err := b.ReleaseLease(cctx, key, owner); err != nil {
-					break
-				}
-				cycles[i]++
+		wg.Go(func() {
+			octx := cctx
+			background := mixed && i%2 == 0
+			if background {
+				octx = context.Background()
+			}
+			n := 0
+			for cctx.Err() == nil && op(b, octx, i) == nil {
+				n++
 			}
 			now := time.Now()
 			mu.Lock()
-			if now.After(lastReturn) {
+			ops += n
+			if !background && now.After(lastReturn) {
 				lastReturn = now
 			}
-			if !cancelledAt.IsZero() {
-				if d := now.Sub(cancelledAt); d > slowest {
-					slowest = d
-				}
-			}
 			mu.Unlock()
-		}()
+		})
 	}
 	time.Sleep(500 * time.Millisecond) // load running
 	srv.Pause(t)
@@ -95,10 +151,10 @@ func cancelledUnderLoad(t *testing.T, deadline bool) {
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
-	mu.Lock()
 	if deadline {
 		<-cctx.Done()
 	}
+	mu.Lock()
 	cancelledAt = time.Now()
 	mu.Unlock()
 	cancel()
@@ -107,33 +163,28 @@ func cancelledUnderLoad(t *testing.T, deadline bool) {
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
+		if mixed {
+			break // the callers on context.Background are still in their calls
+		}
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
 		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "cancelledUnderLoad") && strings.Contains(g, "runLease") {
-				t.Logf("a caller still in runLease 2s after the cancel (in sendLeaseBatch: %t):\n%s", strings.Contains(g, "sendLeaseBatch"), g)
+			if strings.Contains(g, "ctxEndsUnderStall") && strings.Contains(g, stuckIn) {
+				t.Logf("a caller still in %s 2s after the ctx ended:\n%s", stuckIn, g)
+				break
 			}
 		}
 	}
 	select {
 	case <-done:
-	case <-time.After(60 * time.Second):
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		t.Logf("%s", buf[:n])
-		t.Fatal("callers still running 60s after the cancel")
+	case <-time.After(90 * time.Second):
+		t.Fatal("callers still running 90s after the ctx ended")
 	}
 	srv.Resume(t)
 	resumed = true
-	total := 0
-	for _, n := range cycles {
-		total += n
-	}
-	d := lastReturn.Sub(cancelledAt)
-	t.Logf("%d cycles before the stall; last caller returned %v after the cancel", total, d.Round(time.Millisecond))
-	if d > time.Second {
-		t.Errorf("a lease call returned %v after its ctx was cancelled on a stalled server, want within 1s", d.Round(time.Millisecond))
-	}
+	mu.Lock()
+	defer mu.Unlock()
+	return ops, lastReturn.Sub(cancelledAt)
 }
 
 // TestSubscribeCancelledOnStalledServer: pubsub.Subscribe's ctx bounds its

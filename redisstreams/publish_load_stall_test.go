@@ -3,8 +3,6 @@ package redisstreams
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,87 +103,10 @@ func publishOwnDeadlinesUnderLoad(t *testing.T) {
 }
 
 func publishCtxEndsUnderLoad(t *testing.T, deadline bool) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
-	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-
-	cctx, cancel := context.WithCancel(ctx)
-	if deadline {
-		cctx, cancel = context.WithTimeout(ctx, 700*time.Millisecond) // 500ms of load + 200ms of stall
-	}
-	defer cancel()
-	const publishers = 32
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var lastReturn, cancelledAt time.Time
-	var published [publishers]int
-	for i := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			topic := fmt.Sprintf("pl%d", i%4)
-			for cctx.Err() == nil {
-				if err := b.Publish(cctx, topic, pubsub.Event{Type: "x", Data: []byte("d")}); err != nil {
-					break
-				}
-				published[i]++
-			}
-			now := time.Now()
-			mu.Lock()
-			if now.After(lastReturn) {
-				lastReturn = now
-			}
-			mu.Unlock()
-		}()
-	}
-	time.Sleep(500 * time.Millisecond) // load running
-	srv.Pause(t)
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume(t)
-		}
-	}()
-	time.Sleep(200 * time.Millisecond)
-	if deadline {
-		<-cctx.Done()
-	}
-	mu.Lock()
-	cancelledAt = time.Now()
-	mu.Unlock()
-	cancel()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "publishCtxEndsUnderLoad") && strings.Contains(g, "publishUnit") {
-				t.Logf("a publisher still in publishUnit 2s after the ctx ended (in sendBatch: %t):\n%s", strings.Contains(g, "sendBatch"), g)
-				break
-			}
-		}
-	}
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		t.Fatal("publishers still running 90s after the ctx ended")
-	}
-	srv.Resume(t)
-	resumed = true
-	total := 0
-	for _, n := range published {
-		total += n
-	}
-	d := lastReturn.Sub(cancelledAt)
-	t.Logf("%d publishes before the stall; last publisher returned %v after the ctx ended", total, d.Round(time.Millisecond))
+	n, d := ctxEndsUnderStall(t, deadline, false, 32, "publishUnit", func(b *Backend, ctx context.Context, i int) error {
+		return b.Publish(ctx, fmt.Sprintf("pl%d", i%4), pubsub.Event{Type: "x", Data: []byte("d")})
+	})
+	t.Logf("%d publishes before the stall; last publisher returned %v after the ctx ended", n, d.Round(time.Millisecond))
 	if d > time.Second {
 		t.Errorf("a Publish returned %v after its ctx ended on a stalled server, want within 1s", d.Round(time.Millisecond))
 	}

@@ -201,15 +201,18 @@
 // renewed or handed on moves the time later. When the time comes the
 // runtime makes one try itself: first whether work waits for the thread
 // (its inbox group's backlog, pubsub.BacklogReader: an entry unread, or
-// read and not acked; without one, whether the noted notice's signal is
-// still not done), then, if so, the lease (a Recovered tenure when it is
-// free); when the lease is held again, it notes the new lapse. An entry
+// read and not acked, and when the backlog cannot be told, work is taken to
+// wait; without one, whether the noted notice's signal is still not done),
+// then, if so, the lease (a Recovered tenure when it is free); when the
+// lease is held again, it notes the new lapse (when the backlog did not
+// tell, only within max(TTL, two recovery intervals) of a notice that found
+// it held). An entry
 // lives while another process holds its thread with work waiting (a live
 // holder's entry comes due about once per renewal that no notice of this
 // process saw, at two round trips each), and goes at the first try after
 // the work is done (signals/lapse.go; TestTakeoverAtLeaseLapse,
 // TestLapseStaleNoticeHeldThread, TestLapseNotedSignalDone,
-// TestLapseKeptWhileWorkWaits).
+// TestLapseKeptWhileWorkWaits, TestLapseNotedSignalDoneLagUnknown).
 //
 // # Guarantees and how the tests prove them
 //

@@ -360,6 +360,15 @@ func (s *streamBus) flush(ctx context.Context) error {
 // may or may not have been stored. A client configured with retries
 // (go-redis MaxRetries) may store an event twice after a network error;
 // handlers deduplicate on Event.ID.
+//
+// One batch is in flight at a time, so that publishes keep their order: on a
+// server that stopped answering, a Publish waits for the batches queued
+// ahead of it, each until the client gives up, unless its ctx ends first.
+// On a ctx that cannot end that adds up: 160 publishes queued in batches of
+// 16 (BatchSize) behind one in flight took 21s with a 1s ReadTimeout and no
+// retries (review rev5, 2026-11-27), and Close, which waits for the calls in
+// progress, with them. Give Publish a ctx with a deadline, or bound Close
+// with Shutdown(ctx).
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
 	return b.publish(ctx, topic, "", e)
 }

@@ -212,7 +212,11 @@
 // process saw, at two round trips each), and goes at the first try after
 // the work is done (signals/lapse.go; TestTakeoverAtLeaseLapse,
 // TestLapseStaleNoticeHeldThread, TestLapseNotedSignalDone,
-// TestLapseKeptWhileWorkWaits, TestLapseNotedSignalDoneLagUnknown).
+// TestLapseKeptWhileWorkWaits, TestLapseNotedSignalDoneLagUnknown); when the
+// backlog cannot be told, at the latest max(TTL, two recovery intervals)
+// after the last notice that found the thread held, and a holder that
+// releases meanwhile leaves the drained thread to one Recovered tenure
+// (TestLapseEntryWhenBacklogUntold).
 //
 // # Guarantees and how the tests prove them
 //

@@ -45,8 +45,12 @@ type holderInfo struct {
 // error: an entry lives while another process holds the thread with work
 // waiting for it (a live holder's entry comes due about once per renewal
 // that no notice of this process saw), and goes within one of the holder's
-// lease periods after the work is done (TestTakeoverAtLeaseLapse); the
-// heap holds one item per entry (TestLapseQueueOneItemPerEntry).
+// lease periods after the work is done (TestTakeoverAtLeaseLapse); when the
+// backlog cannot be told, at the latest max(TTL, two recovery intervals)
+// after the last notice that found the thread held, and a holder that
+// releases the thread meanwhile leaves it to one Recovered tenure, which
+// finds nothing and ends (TestLapseEntryWhenBacklogUntold); the heap holds
+// one item per entry (TestLapseQueueOneItemPerEntry).
 type lapseWatch struct {
 	mu      sync.Mutex
 	entries map[string]*lapseEntry

@@ -33,9 +33,20 @@ import (
 // was bounded only by the Held's loss deadline, not by Close giving up. It
 // now ends with tearCtx too (2.0s).
 func TestCloseOnStalledServerUnderLoad(t *testing.T) {
+	const threads = 200
+	closeUnderStallLoad(t, "rcl", func(int64) string { return fmt.Sprint("t", rand.IntN(threads)) })
+}
+
+// closeUnderStallLoad runs 8 senders against a runtime on a NewURL client
+// (go-redis defaults; short runs), each Send to the thread threadFor gives
+// for the n-th send overall, for 3s; then it stops the server (SIGSTOP),
+// stops the senders and calls Close with a 1s ctx, which must return
+// within 5s. It logs what Close still waits for 4s in (logStuck).
+func closeUnderStallLoad(t *testing.T, prefix string, threadFor func(n int64) string, opts ...signals.Option) {
+	t.Helper()
 	srv, _ := startRedis(t)
 	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rcl"})
+	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,26 +61,24 @@ func TestCloseOnStalledServerUnderLoad(t *testing.T) {
 		}
 		return nil
 	}
-	rt, err := signals.New(b, agent)
+	rt, err := signals.New(b, agent, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const threads, senders = 200, 8
+	const senders = 8
 	sctx, stopSends := context.WithCancel(ctx)
 	defer stopSends()
-	var sent atomic.Int64
+	var sent, next atomic.Int64
 	var wg sync.WaitGroup
 	for i := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for n := 0; sctx.Err() == nil; n++ {
-				th := fmt.Sprint("t", rand.IntN(threads))
+				th := threadFor(next.Add(1))
 				if _, err := rt.Send(sctx, th, signals.Signal{ID: fmt.Sprintf("s%d-%d", i, n), Type: "msg"}); err == nil {
 					sent.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(3 * time.Second)
 	srv.Pause(t)
@@ -108,7 +117,7 @@ func logStuck(t *testing.T) {
 				}
 			}
 		}
-		if len(frames) > 0 && !strings.Contains(frames[0], "TestCloseOnStalledServerUnderLoad") {
+		if len(frames) > 0 && !strings.Contains(frames[0], "closeUnderStallLoad") {
 			counts[strings.Join(frames, " < ")]++
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/inmem"
+	"github.com/leasebus/leasebus/lease"
 )
 
 // ghostHolder takes thread's lease with the provider directly (ttl),
@@ -16,34 +17,48 @@ import (
 // It returns when it stopped renewing (unix nanos, 0 while alive).
 func ghostHolder(t *testing.T, b *inmem.Backend, thread string, ttl, lives time.Duration) *atomic.Int64 {
 	t.Helper()
+	g := startGhost(t, b, thread, ttl)
+	timer := time.AfterFunc(lives, g.kill)
+	t.Cleanup(func() { timer.Stop() })
+	return &g.died
+}
+
+// ghost holds a thread's lease as a process would that renews it and then
+// dies: startGhost takes it with the provider directly and renews it every
+// ttl/4 until kill, which stops the renewals (no release) and records when
+// (died, unix nanos; 0 while alive).
+type ghost struct {
+	died atomic.Int64
+	kill func()
+}
+
+func startGhost(t *testing.T, p lease.Provider, thread string, ttl time.Duration) *ghost {
+	t.Helper()
 	ctx := context.Background()
-	key, ghost := LeaseKey(thread), "ghost/run1"
-	if r, err := b.AcquireLease(ctx, key, ghost, ttl); err != nil || !r.Acquired {
+	key, owner := LeaseKey(thread), "ghost/run1"
+	if r, err := p.AcquireLease(ctx, key, owner, ttl); err != nil || !r.Acquired {
 		t.Fatalf("ghost acquire: %+v, %v", r, err)
 	}
-	var died atomic.Int64
-	gctx, stop := context.WithCancel(ctx)
+	g := &ghost{}
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		tick := time.NewTicker(ttl / 4)
 		defer tick.Stop()
-		end := time.After(lives)
 		for {
 			select {
-			case <-gctx.Done():
-				return
-			case <-end:
-				died.Store(time.Now().UnixNano())
+			case <-stop:
+				g.died.Store(time.Now().UnixNano())
 				return
 			case <-tick.C:
-				_, _ = b.RenewLease(gctx, key, ghost, ttl)
+				_, _ = p.RenewLease(ctx, key, owner, ttl)
 			}
 		}
-	}()
-	t.Cleanup(func() { stop(); wg.Wait() })
-	return &died
+	})
+	var once sync.Once
+	g.kill = func() { once.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(g.kill)
+	return g
 }
 
 // lapseRuntime returns a Runtime on b with lease TTL ttl, a 30s recovery

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,32 +46,9 @@ func lapseLagUnknown(t *testing.T, waiting int, wantLag int64) {
 	const thread = "lagunk"
 	const gttl = 600 * time.Millisecond
 
-	// The ghost holder: renews until stop is closed, then dies.
-	key, ghost := LeaseKey(thread), "ghost/run1"
-	if r, err := b.AcquireLease(ctx, key, ghost, gttl); err != nil || !r.Acquired {
-		t.Fatalf("ghost acquire: %+v, %v", r, err)
-	}
-	var died atomic.Int64
-	gstop := make(chan struct{})
-	var gwg sync.WaitGroup
-	gwg.Add(1)
-	go func() {
-		defer gwg.Done()
-		tick := time.NewTicker(gttl / 4)
-		defer tick.Stop()
-		for {
-			select {
-			case <-gstop:
-				died.Store(time.Now().UnixNano())
-				return
-			case <-tick.C:
-				_, _ = b.RenewLease(ctx, key, ghost, gttl)
-			}
-		}
-	}()
-	var once sync.Once
-	kill := func() { once.Do(func() { close(gstop); gwg.Wait() }) }
-	t.Cleanup(kill)
+	// The ghost holder: renews until killed, then dies.
+	g := startGhost(t, b, thread, gttl)
+	kill, died := g.kill, &g.died
 
 	ran := make(chan string, 64)
 	rt, err := New(b, func(ctx context.Context, run *Run) error {

@@ -2,7 +2,6 @@ package signals
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,29 +60,8 @@ func lapseUntold(t *testing.T, unknown, release bool) {
 	const ttl, recovery = time.Second, 2 * time.Second
 
 	// The ghost holder: renews every 150ms until stopped.
-	key, ghost := LeaseKey(thread), "ghost/run1"
-	if r, err := ib.AcquireLease(ctx, key, ghost, gttl); err != nil || !r.Acquired {
-		t.Fatalf("ghost acquire: %+v, %v", r, err)
-	}
-	gstop := make(chan struct{})
-	var gwg sync.WaitGroup
-	gwg.Add(1)
-	go func() {
-		defer gwg.Done()
-		tick := time.NewTicker(gttl / 4)
-		defer tick.Stop()
-		for {
-			select {
-			case <-gstop:
-				return
-			case <-tick.C:
-				_, _ = ib.RenewLease(ctx, key, ghost, gttl)
-			}
-		}
-	}()
-	var once sync.Once
-	stopGhost := func() { once.Do(func() { close(gstop); gwg.Wait() }) }
-	t.Cleanup(stopGhost)
+	key := LeaseKey(thread)
+	stopGhost := startGhost(t, ib, thread, gttl).kill
 
 	var recovered atomic.Int64
 	rt, err := New(ps, func(ctx context.Context, run *Run) error { return nil },
@@ -148,7 +126,7 @@ func lapseUntold(t *testing.T, unknown, release bool) {
 	noted := time.Now() // at the latest: the entry was there before the ghost ran s1
 	if release {
 		stopGhost()
-		_ = ib.ReleaseLease(ctx, key, ghost)
+		_ = ib.ReleaseLease(ctx, key, "ghost/run1")
 	}
 	bound := gttl + 500*time.Millisecond
 	if unknown {

@@ -66,12 +66,38 @@ func (b *Backend) inspectCall(ctx context.Context, key string) *leaseCall {
 // Ring — and then reads each lease with the inspect script, pipelined in
 // chunks of PipelineChunk. A lease that expires between the scan and the read
 // is left out. It is meant for operators: its cost grows with the number of
-// keys in the database, not with the number of matches. After Close it
-// returns lease.ErrClosed.
+// keys in the database, not with the number of matches. It returns when ctx
+// ends, as the single-lease calls do (see "Clients and deadlines" in the
+// package doc). After Close it returns lease.ErrClosed.
 func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, error) {
 	if b.isClosed() {
 		return nil, lease.ErrClosed
 	}
+	if ctx.Done() == nil {
+		return b.listLeases(ctx, prefix)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Returns when ctx ends, also while the scan waits for a server that
+	// stopped answering (awaitSend; go-redis does not end a blocked read
+	// when ctx is cancelled).
+	var (
+		infos []lease.Info
+		err   error
+	)
+	done := make(chan struct{})
+	if b.awaitSend(ctx, done, func() {
+		infos, err = b.listLeases(ctx, prefix)
+		close(done)
+	}) {
+		return infos, err
+	}
+	return nil, fmt.Errorf("redisstreams: list leases %q: %w", prefix, ctx.Err())
+}
+
+// listLeases is ListLeases, waiting for the client whatever ctx does.
+func (b *Backend) listLeases(ctx context.Context, prefix string) ([]lease.Info, error) {
 	names, err := b.scanLeases(ctx, prefix)
 	if err != nil {
 		return nil, b.batchErr(fmt.Sprintf("list leases %q", prefix), err)

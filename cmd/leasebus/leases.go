@@ -44,7 +44,7 @@ revoke --help).`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	var insp lease.Inspector = b
 
 	return w.refresh(ctx, e, func() (string, func(), error) {

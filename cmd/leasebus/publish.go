@@ -92,7 +92,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	if err := b.Publish(ctx, topic, ev); err != nil {
 		return fmt.Errorf("publish to %q: %w", topic, err)
 	}

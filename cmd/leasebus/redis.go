@@ -14,11 +14,45 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
 )
 
 // connectTimeout bounds connecting to Redis, so that a server that is down
 // gives an error quickly instead of a hang.
 const connectTimeout = 3 * time.Second
+
+// closeGrace bounds closing a command's Backend, and controllerGrace its
+// signals.Controller, as the command exits (done, failed or interrupted): a
+// Redis that stopped answering must not hold the exit for go-redis's
+// timeouts and retries. What is left then (a subscription's read, an ack)
+// ends with the process; the server drops its connections.
+const (
+	closeGrace      = time.Second
+	controllerGrace = 500 * time.Millisecond
+)
+
+// closeBackend closes b within closeGrace (Backend.Shutdown).
+func closeBackend(b *redisstreams.Backend) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+	defer cancel()
+	_ = b.Shutdown(ctx)
+}
+
+// closeController closes c, waiting for it up to controllerGrace
+// (Controller.Close takes no ctx).
+func closeController(c *signals.Controller) {
+	done := make(chan struct{})
+	go func() {
+		_ = c.Close()
+		close(done)
+	}()
+	t := time.NewTimer(controllerGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // quietRedisLog drops go-redis's internal log lines (dial retries and the
 // like): the command reports errors itself, in one line.

@@ -39,7 +39,7 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	var rv lease.Revoker = b
 	before, err := rv.LeaseState(ctx, key)
 	if err != nil {

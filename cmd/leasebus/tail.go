@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -58,7 +58,7 @@ acks what it prints.`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -89,9 +89,15 @@ acks what it prints.`)
 	}
 	fmt.Fprintf(e.stderr, "tailing %s (%s, from %s); Ctrl-C to stop\n", topic, mode, start)
 	<-ctx.Done()
-	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	uctx, ucancel := context.WithTimeout(context.Background(), closeGrace)
 	defer ucancel()
-	return sub.Unsubscribe(uctx)
+	if err := sub.Unsubscribe(uctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// Done, or Redis stopped answering: the process's exit ends the
+	// subscription (a group's unacked entries go to another member after
+	// their ack deadline).
+	return nil
 }
 
 // formatEvent returns the one-line form of ev that tail prints.

@@ -44,12 +44,12 @@ it runs (see leasebus threads cancel --help).`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	c, err := signals.NewController(ctx, b)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeController(c)
 
 	return w.refresh(ctx, e, func() (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
@@ -121,12 +121,12 @@ within --timeout (the cancel may not have reached it).`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	c, err := signals.NewController(ctx, b)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer closeController(c)
 	var opts []signals.CancelOption
 	if *drop {
 		opts = append(opts, signals.DropQueued())

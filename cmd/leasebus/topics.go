@@ -31,7 +31,7 @@ of its own and is left alone.`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	var d pubsub.TopicDeleter = b
 	if err := d.DeleteTopic(ctx, topic); err != nil {
 		return fmt.Errorf("delete topic %q: %w", topic, err)

@@ -146,8 +146,8 @@
 // ContextTimeoutEnabled, and never when ctx is cancelled. The single-lease
 // calls (AcquireLease, RenewLease, ReleaseLease, TransferLease,
 // GetLeaseOwner, InspectLease, LeaseState, RevokeLease, ForceRevokeLease),
-// DeleteTopicIfDrained, Publish, PublishFor, PublishBatch and Subscribe's
-// setup return when their ctx ends all the same, deadline or
+// ListLeases, DeleteTopicIfDrained, Publish, PublishFor, PublishBatch and
+// Subscribe's setup return when their ctx ends all the same, deadline or
 // cancel, with any client, also under load (TestPublishCtxEndsUnderLoadOnStalledServer,
 // TestSubscribeCancelledOnStalledServer): the error wraps ctx's and says the
 // script or event was sent and may have run or been stored (TestCancelledCallOnStalledServer:

@@ -363,8 +363,10 @@ func TestWorkerProcess(t *testing.T) {
 				break
 			}
 			// Next returned a signal, so the runtime has recorded the one
-			// before as done (and acked it): it must never run again.
-			c.HSet(bg, "fin:"+run.Thread, last+"/"+name, 1)
+			// before as done (and acked it): it must never run again. Keyed
+			// by the tenure (token) too: a later tenure of this process
+			// that got past a redelivery of it says nothing of this one.
+			c.HSet(bg, "fin:"+run.Thread, fmt.Sprintf("%s/%s/%d", last, name, run.Token), 1)
 			take(ctx, run, s)
 			last = s.ID
 		}

@@ -393,8 +393,8 @@ func TestProcSoak(t *testing.T) {
 					t.Errorf("thread %s: %s ran %d times: %+v", thread, e.ID, runs[e.ID], l)
 				case f.Proc != killed && !lost:
 					t.Errorf("thread %s: %s ran again although its run before was on %s, which was not killed and did not lose its lease: %+v", thread, e.ID, f.Proc, l)
-				case fin[e.ID+"/"+f.Proc] != "":
-					t.Errorf("thread %s: %s ran again although %s had got past it: %+v", thread, e.ID, f.Proc, l)
+				case fin[fmt.Sprintf("%s/%s/%d", e.ID, f.Proc, f.Token)] != "":
+					t.Errorf("thread %s: %s ran again although %s (token %d) had got past it: %+v", thread, e.ID, f.Proc, f.Token, l)
 				case !e.Redelivered || e.Token <= f.Token:
 					t.Errorf("thread %s: %s ran again but not as a redelivery with a higher token: %+v", thread, e.ID, l)
 				case e.Proc == killed && !lost:

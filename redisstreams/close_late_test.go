@@ -79,14 +79,7 @@ func closeWaitsForPublishes(t *testing.T, publishers int) {
 	cerr := b.Close()
 	closed = true
 	took := time.Since(start)
-	buf := make([]byte, 1<<20)
-	n := runtime.Stack(buf, true)
-	var sending []string
-	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, "redisstreams.(*streamBus).send") || strings.Contains(g, "redisstreams.(*streamBus).publishUnit") {
-			sending = append(sending, g)
-		}
-	}
+	sending := goroutinesIn("redisstreams.(*streamBus).send", "redisstreams.(*streamBus).publishUnit")
 	srv.Resume(t)
 	resumed = true
 	t.Logf("Close returned after %v (%v); %d goroutine(s) still sending publishes", took.Round(time.Millisecond), cerr, len(sending))
@@ -129,14 +122,7 @@ func TestCloseWaitsForLeftGroupSetup(t *testing.T) {
 	start := time.Now()
 	cerr := b.Close()
 	took := time.Since(start)
-	buf := make([]byte, 1<<20)
-	n := runtime.Stack(buf, true)
-	var setting []string
-	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-		if strings.Contains(g, "redisstreams.(*streamBus).setupGroup") || strings.Contains(g, "redisstreams.(*streamBus).createGroupAndGuard") {
-			setting = append(setting, g)
-		}
-	}
+	setting := goroutinesIn("redisstreams.(*streamBus).setupGroup", "redisstreams.(*streamBus).createGroupAndGuard")
 	srv.Resume(t)
 	resumed = true
 	t.Logf("Subscribe: %v; Close returned after %v (%v); %d goroutine(s) still setting up the group", serr, took.Round(time.Millisecond), cerr, len(setting))
@@ -160,4 +146,21 @@ func lateClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// goroutinesIn returns the stacks of the goroutines that have a frame whose
+// name contains one of funcs.
+func goroutinesIn(funcs ...string) []string {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	var out []string
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		for _, f := range funcs {
+			if strings.Contains(g, f) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -61,6 +61,20 @@ func startGhost(t *testing.T, p lease.Provider, thread string, ttl time.Duration
 	return g
 }
 
+// sendNoted sends signal id to thread, which another holder has, and waits
+// until the notice's try of the held thread left a lapse watch entry.
+func sendNoted(t *testing.T, rt *Runtime, thread, id string) {
+	t.Helper()
+	if acc, err := rt.Send(context.Background(), thread, Signal{ID: id, Type: "msg"}); err != nil || acc.Action != Forwarded {
+		t.Fatalf("send %s: %+v, %v", id, acc, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); rt.lapse.len() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the notice's try of the held thread left no lapse watch entry within 5s")
+		}
+	}
+}
+
 // lapseRuntime returns a Runtime on b with lease TTL ttl, a 30s recovery
 // interval (so a nacked notice does not come back within a test) and a 50ms
 // linger, closed at the end of the test.
@@ -106,14 +120,7 @@ func TestLapseNotedSignalDone(t *testing.T) {
 			ran <- s.ID
 		}
 	}, 15*time.Second)
-	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
-		t.Fatalf("send s1: %+v, %v", acc, err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); rt.lapse.len() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the notice's try of the held thread left no lapse watch entry within 5s")
-		}
-	}
+	sendNoted(t, rt, thread, "s1")
 	if acc, err := rt.Send(ctx, thread, Signal{ID: "s2", Type: "msg"}); err != nil || acc.Action != Forwarded {
 		t.Fatalf("send s2: %+v, %v", acc, err)
 	}

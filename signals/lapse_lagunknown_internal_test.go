@@ -70,14 +70,7 @@ func lapseLagUnknown(t *testing.T, waiting int, wantLag int64) {
 		_ = rt.Close(cctx)
 	})
 
-	if acc, err := rt.Send(ctx, thread, Signal{ID: "s1", Type: "msg"}); err != nil || acc.Action != Forwarded {
-		t.Fatalf("send s1: %+v, %v", acc, err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); rt.lapse.len() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the notice's try of the held thread left no lapse watch entry within 5s")
-		}
-	}
+	sendNoted(t, rt, thread, "s1")
 	rt.lapse.mu.Lock()
 	noted := rt.lapse.entries[thread].signal
 	rt.lapse.mu.Unlock()

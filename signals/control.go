@@ -152,7 +152,11 @@ type Controller struct {
 	leases bool
 	id     string
 	rt     *Runtime // the Runtime this Controller serves; nil when standalone
-	sub    pubsub.Subscription
+
+	// subMu guards sub: a standalone Controller subscribes at its first
+	// request to another process (subscribed), a Runtime's at its start.
+	subMu sync.Mutex
+	sub   pubsub.Subscription
 
 	mu      sync.Mutex
 	closed  bool
@@ -160,19 +164,19 @@ type Controller struct {
 	replies sync.WaitGroup // answers being published
 }
 
-// NewController returns a Controller on ps, which it subscribes to
-// ControlTopic (for the owners' answers) before it returns. It finds the
-// lease capability as New does; without one, Cancel and Status see no owner.
-// Close it when done.
-func NewController(ctx context.Context, ps pubsub.PubSub) (*Controller, error) {
+// NewController returns a Controller on ps. It finds the lease capability
+// as New does; without one, Cancel and Status see no owner. It talks to
+// nobody yet: it subscribes to ControlTopic (for the owners' answers) at
+// the first Cancel that asks another process, so a Controller that only
+// reads status (Status, List) holds no subscription, and a server that
+// stopped answering shows as the error of the call that needed it. ctx is
+// not used (it bounded that subscription before it moved to Cancel); the
+// only error is a nil ps (ErrInvalid). Close it when done.
+func NewController(_ context.Context, ps pubsub.PubSub) (*Controller, error) {
 	if ps == nil {
 		return nil, fmt.Errorf("%w: pubsub is nil", ErrInvalid)
 	}
-	c := newController(ps, "ctl-"+uuid.NewString(), nil)
-	if err := c.subscribe(ctx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return newController(ps, "ctl-"+uuid.NewString(), nil), nil
 }
 
 func newController(ps pubsub.PubSub, id string, rt *Runtime) *Controller {
@@ -180,7 +184,18 @@ func newController(ps pubsub.PubSub, id string, rt *Runtime) *Controller {
 	return &Controller{ps: ps, lp: lp, leases: ok, id: id, rt: rt, waiting: make(map[string]chan cancelAnswer)}
 }
 
-func (c *Controller) subscribe(ctx context.Context) error {
+// subscribed subscribes c to ControlTopic unless it is already: from the
+// stream's end, before c publishes a request, so that the answer is read.
+// After Close it returns ErrClosed.
+func (c *Controller) subscribed(ctx context.Context) error {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.sub != nil {
+		return nil
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
 	sub, err := c.ps.Subscribe(ctx, ControlTopic, c.onControl, pubsub.StartFrom(pubsub.Latest))
 	if err != nil {
 		return fmt.Errorf("signals: subscribe %s: %w", ControlTopic, err)
@@ -200,9 +215,17 @@ func (c *Controller) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	err := c.sub.Unsubscribe(context.Background())
-	if errors.Is(err, pubsub.ErrClosed) {
-		err = nil
+	// A subscription in flight (subscribed) is waited for; none starts
+	// after this, since subscribed checks closed under subMu.
+	c.subMu.Lock()
+	sub := c.sub
+	c.subMu.Unlock()
+	var err error
+	if sub != nil {
+		err = sub.Unsubscribe(context.Background())
+		if errors.Is(err, pubsub.ErrClosed) {
+			err = nil
+		}
 	}
 	c.replies.Wait()
 	return err
@@ -311,6 +334,12 @@ func (c *Controller) owner(ctx context.Context, thread string) (string, error) {
 
 // ask sends a cancel request to process and waits for its answer.
 func (c *Controller) ask(ctx context.Context, process, thread, reason, drop string) (cancelAnswer, error) {
+	if err := c.subscribed(ctx); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return cancelAnswer{}, err
+		}
+		return cancelAnswer{}, fmt.Errorf("%w: cancel thread %q: %w", ErrUnreachable, thread, err)
+	}
 	req := uuid.NewString()
 	ch := make(chan cancelAnswer, 1)
 	c.mu.Lock()
@@ -544,5 +573,5 @@ func (rt *Runtime) Status(ctx context.Context, thread string) (ThreadStatus, err
 // startControl subscribes the Runtime's Controller to ControlTopic.
 func (rt *Runtime) startControl() error {
 	rt.ctl = newController(rt.ps, rt.cfg.process, rt)
-	return rt.ctl.subscribe(context.Background())
+	return rt.ctl.subscribed(context.Background())
 }

@@ -286,7 +286,9 @@
 // [Runtime.Cancel] cancels a thread's running run from any process, and
 // [Runtime.Status] reads a thread's state; a [Controller] does both without
 // being a Runtime (the leasebus command uses one). Every Runtime subscribes
-// to [ControlTopic] (fan-out, from the latest event). Cancel reads the
+// to [ControlTopic] (fan-out, from the latest event); a Controller does at
+// its first Cancel that asks another process, so one that only reads status
+// holds no subscription. Cancel reads the
 // thread's lease: its owner "<process>/<run id>" names the process, which
 // Cancel asks on ControlTopic (or directly when it is itself) and whose
 // answer it waits for. The owner cancels the context of the run that holds

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,9 +78,16 @@ wait:
 		case err = <-done:
 			break wait
 		case <-cap.C:
+			// SIGQUIT first: a Go program prints every goroutine's stack
+			// and exits, which shows where it hung.
 			r.hung = true
-			_ = cmd.Process.Kill()
-			err = <-done
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Second):
+				_ = cmd.Process.Kill()
+				err = <-done
+			}
 			break wait
 		}
 	}
@@ -200,5 +208,51 @@ func TestDownAtStartPaused(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "within 3s") || strings.Count(r.stderr, "\n") != 1 || d > connectTimeout+2*time.Second {
 			t.Errorf("%v: exit %d after %v, stderr %q; want 2, one line, within ~3s", args, r.code, d, r.stderr)
 		}
+	}
+}
+
+// TestDemoCtrlCOnStoppedRedis: Ctrl-C (SIGINT) on a demo whose Redis has
+// stopped answering (SIGSTOP) in the middle of the run. doc.go promises exit
+// 130 for an interrupted demo; like every command that runs until
+// interrupted, it must also exit promptly: the workers get demoStopGrace to
+// stop, the key cleanup and the Backend's close closeGrace each; within
+// those plus 1s of the SIGINT.
+//
+// Found by review (rev6, 2026-11-27): 24s after the SIGINT (3 of 3). Here,
+// before the fix: still running 40s after it (stopAll's 15s deadline fired
+// for the first stuck worker only, the second was waited for until it
+// exited, and it kept sending on the stalled server). Now 4.0s.
+func TestDemoCtrlCOnStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	// The trigger is a worker's Send of a signal (its inbox entry carries
+	// the signal's type), so Redis stops while workers are sending and
+	// running signals.
+	r := runBlackHoled(t, srv, "demo.step", 500*time.Millisecond, 40*time.Second,
+		"demo", "--workers", "2", "--threads", "2", "--signals", "20", "--kill=false")
+	if r.sinceINT == 0 {
+		t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
+	}
+	if r.code != exitInterrupted {
+		t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+	}
+	if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
+		t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
+	}
+}
+
+// TestThreadsListOnStoppedRedis: "leasebus threads" (the list) when Redis
+// stops answering (SIGSTOP) as it scans the leases: exit 1 with one line on
+// stderr, the error, as README promises for every error.
+//
+// Found by review (rev6, 2026-11-27): a library WARN line ("fan-out read
+// failed; retrying") came first, from the Controller's subscription to the
+// control topic, which listing does not use. A standalone Controller now
+// subscribes at its first Cancel that asks another process.
+func TestThreadsListOnStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	heldThread(t, srv, "t")
+	r := runBlackHoled(t, srv, "scan", 0, 60*time.Second, "threads")
+	if r.code != exitFailed || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "list threads") {
+		t.Errorf("exit %d, stderr %q; want 1 and one line, the list's error", r.code, r.stderr)
 	}
 }

@@ -110,13 +110,13 @@ Redis-protocol server (miniredis) on a loopback port.`)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBackend(b)
 	d := &demo{
 		c: c, e: e, exe: exe, url: url, keyspace: keyspace, stream: keyspace + ":demo:events",
 		client: b.Client(), tty: isTerminal(e.stdout),
 	}
 	if !strings.HasPrefix(where, "embedded") {
-		defer d.cleanup()
+		defer d.cleanup(ctx)
 	}
 	fmt.Fprintf(e.stdout, "leasebus demo: %s, %s, %s per thread, lease TTL %v, seed %d\n",
 		plural(c.workers, "worker"), plural(c.threads, "thread"), plural(c.signals, "signal"), c.ttl, c.seed)
@@ -211,7 +211,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
-	defer d.stopAll()
+	defer d.stopAll(workerStopGrace)
 	for i := range c.workers {
 		wc := workerConfig{
 			url: d.url, keyspace: d.keyspace, stream: d.stream, name: workerName(i), index: i,
@@ -233,7 +233,7 @@ func (d *demo) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		res, err := d.client.XRead(ctx, &redis.XReadArgs{Streams: []string{d.stream, lastID}, Block: 100 * time.Millisecond, Count: 500}).Result()
+		res, err := d.readRecords(ctx, lastID)
 		if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
 			return fmt.Errorf("read demo records: %w", err)
 		}
@@ -283,7 +283,7 @@ func (d *demo) run(ctx context.Context) error {
 	if interrupted(ctx) {
 		d.clearProgress()
 		d.say("interrupted; stopping the workers")
-		d.stopAll()
+		d.stopAll(demoStopGrace)
 		return nil // runDemo reports the interrupt
 	}
 	why := "done"
@@ -294,7 +294,7 @@ func (d *demo) run(ctx context.Context) error {
 	// The end of the timeline: now, not the last event a worker recorded.
 	_ = d.rec.add(ctx, recStop, "why", why)
 	d.clearProgress()
-	d.stopAll()
+	d.stopAll(workerStopGrace)
 	for _, w := range d.workers {
 		if !w.killed && w.err != nil {
 			fmt.Fprintf(d.e.stdout, "worker %s exited with %v: %s\n", w.name, w.err, w.log.lastLine())
@@ -411,26 +411,74 @@ func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
 		victim.name, victim.cmd.Process.Pid, best.thread, best.token, strings.Join(best.pending(), " "))
 }
 
+// The time workers get to stop (close their runtime, releasing the leases
+// they hold) once their stdin closed, before they are killed: at the end of
+// a run, and after an interrupt. A worker stuck on a Redis that stopped
+// answering is killed after demoStopGrace: Ctrl-C must not wait for
+// go-redis's timeouts (TestDemoCtrlCOnStoppedRedis).
+const (
+	workerStopGrace = 15 * time.Second
+	demoStopGrace   = 3 * time.Second
+)
+
 // stopAll closes the workers' stdin (their signal to shut down) and waits
-// for them, killing those that do not exit within 15s.
-func (d *demo) stopAll() {
+// for them, killing those that have not exited after grace. It does nothing
+// more once every worker exited.
+func (d *demo) stopAll(grace time.Duration) {
 	for _, w := range d.workers {
 		_ = w.stdin.Close()
 	}
-	deadline := time.After(15 * time.Second)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	expired := false
 	for _, w := range d.workers {
-		select {
-		case <-w.done:
-		case <-deadline:
-			_ = w.cmd.Process.Kill()
-			<-w.done
+		if !expired {
+			select {
+			case <-w.done:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
 		}
+		// Past the grace: every worker still running is killed (the
+		// timer fires once, so the ones after the first must not wait
+		// for it again).
+		_ = w.cmd.Process.Kill()
+		<-w.done
 	}
 }
 
-// cleanup deletes the demo's keys from a Redis the user gave.
-func (d *demo) cleanup() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// readRecords reads the demo's record stream after lastID, blocking up to
+// 100ms. It returns when ctx ends even if Redis stopped answering (go-redis
+// ignores a cancel while it waits for a reply; the read left behind ends
+// when the command closes the client).
+func (d *demo) readRecords(ctx context.Context, lastID string) ([]redis.XStream, error) {
+	type reply struct {
+		res []redis.XStream
+		err error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		res, err := d.client.XRead(ctx, &redis.XReadArgs{Streams: []string{d.stream, lastID}, Block: 100 * time.Millisecond, Count: 500}).Result()
+		got <- reply{res, err}
+	}()
+	select {
+	case r := <-got:
+		return r.res, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// cleanup deletes the demo's keys from a Redis the user gave, giving up
+// after 10s, or closeGrace once the demo was interrupted (the keys left
+// behind are the demo's own, under its keyspace).
+func (d *demo) cleanup(ctx context.Context) {
+	limit := 10 * time.Second
+	if ctx.Err() != nil {
+		limit = closeGrace
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	iter := d.client.Scan(ctx, 0, d.keyspace+":*", 500).Iterator()
 	var keys []string

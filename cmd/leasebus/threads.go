@@ -54,7 +54,7 @@ it runs (see leasebus threads cancel --help).`)
 	return w.refresh(ctx, e, func() (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
 		if err != nil {
-			return "", nil, fmt.Errorf("list threads: %w", err)
+			return "", nil, err // "signals: list threads: ..."
 		}
 		now := time.Now()
 		return fmt.Sprintf("%d thread(s) held", len(list)), func() { printThreads(e.stdout, list, *prefix, now) }, nil

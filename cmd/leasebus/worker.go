@@ -170,6 +170,24 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if !in.Scan() || in.Text() != "go" {
 		return nil // the demo went away before the start
 	}
+	// The demo's stop is stdin closing: it also ends the sending, so that a
+	// stop (the demo's end or Ctrl-C) does not wait for the rest of this
+	// worker's share of the signals.
+	stopped := make(chan struct{})
+	go func() {
+		for in.Scan() {
+		}
+		close(stopped)
+	}()
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	go func() {
+		select {
+		case <-stopped:
+			stopSending()
+		case <-sendCtx.Done():
+		}
+	}()
 	if c.fault == "double-run" && c.index == 0 {
 		go doubleRun(ctx, b, rec, c)
 	}
@@ -185,22 +203,26 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	}
 	rng.Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
 	for _, j := range jobs {
-		if err := backoff.Sleep(ctx, time.Duration(20+rng.IntN(120))*time.Millisecond); err != nil {
-			return nil
+		if err := backoff.Sleep(sendCtx, time.Duration(20+rng.IntN(120))*time.Millisecond); err != nil {
+			break
 		}
 		thread := threadName(j.thread)
 		id := fmt.Sprintf("%s/s%d", thread, j.step)
 		data, _ := json.Marshal(map[string]any{"step": j.step, "from": c.name})
-		acc, err := rt.Send(ctx, thread, signals.Signal{ID: id, Type: "demo.step", Data: data})
+		acc, err := rt.Send(sendCtx, thread, signals.Signal{ID: id, Type: "demo.step", Data: data})
+		if err != nil && sendCtx.Err() != nil {
+			break // stopped: a signal this Send stored may still run, unrecorded as accepted
+		}
 		if err != nil {
 			_ = rec.add(ctx, recSendFail, "th", thread, "sig", id, "err", err.Error())
 			continue
 		}
 		_ = rec.add(ctx, recSent, "th", thread, "sig", id, "act", acc.Action.String(), "run", acc.RunID, "owner", acc.Owner)
 	}
-	_ = rec.add(ctx, recSentAll)
-	for in.Scan() { // until stdin closes: the demo's stop
+	if sendCtx.Err() == nil {
+		_ = rec.add(ctx, recSentAll)
 	}
+	<-stopped // until stdin closes: the demo's stop
 	return nil
 }
 

@@ -30,7 +30,13 @@ const lagScanLimit = 10_000
 // the stream's last generated id (the server's clock). A topic without a
 // stream has a zero Backlog; a group not created yet lags by the whole
 // stream. Errors: pubsub.ErrInvalid for an empty topic or group,
-// pubsub.ErrClosed after Close, the wrapped Redis error otherwise.
+// pubsub.ErrClosed after Close, the wrapped Redis error otherwise, and
+// ctx.Err() (wrapped) when ctx ends first: it returns then also while the
+// reads wait for a server that stopped answering (awaitSend; go-redis does
+// not end a blocked read when ctx is cancelled), so that the signals
+// runtime's Status and its lapse and watch checks end with their ctx
+// (TestNamedCallsReturnAtCancelOnStalledServer: 4.8s after the cancel
+// before, go-redis's ReadTimeout).
 func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub.Backlog, error) {
 	switch {
 	case topic == "":
@@ -40,6 +46,28 @@ func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub
 	case b.isClosed():
 		return pubsub.Backlog{}, pubsub.ErrClosed
 	}
+	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+		return b.groupBacklog(ctx, topic, group)
+	}
+	if err := ctx.Err(); err != nil {
+		return pubsub.Backlog{}, fmt.Errorf("redisstreams: backlog of %q on %q: %w", group, topic, err)
+	}
+	var (
+		bl  pubsub.Backlog
+		err error
+	)
+	done := make(chan struct{})
+	if b.awaitSend(ctx, done, func() {
+		bl, err = b.groupBacklog(ctx, topic, group)
+		close(done)
+	}) {
+		return bl, err
+	}
+	return pubsub.Backlog{}, fmt.Errorf("redisstreams: backlog of %q on %q: %w", group, topic, ctx.Err())
+}
+
+// groupBacklog is GroupBacklog, waiting for the client whatever ctx does.
+func (b *Backend) groupBacklog(ctx context.Context, topic, group string) (pubsub.Backlog, error) {
 	key := b.keys.Stream(topic)
 	pipe := b.client.Pipeline()
 	sc := pipe.XInfoStream(ctx, key)

@@ -159,6 +159,23 @@ func (c *combiner[T]) next(maxBatch int) []T {
 	return batch
 }
 
+// failQueued answers every request queued now with fail (which sets its
+// error) and returns how many. Only the holder of a turn calls it, after its
+// batch failed in a way the queued requests would too: they were never
+// sent, so failing them is exact, and it spares each a wait for the same
+// timeouts one batch after another.
+func (c *combiner[T]) failQueued(fail func(T)) int {
+	c.mu.Lock()
+	queued := c.queue
+	c.queue = nil
+	for _, x := range queued {
+		fail(x)
+		close(x.turn().wake) // (its batch is nil: answered, not to lead)
+	}
+	c.mu.Unlock()
+	return len(queued)
+}
+
 // straggled ends a leader started for a caller that gave up.
 func (c *combiner[T]) straggled() {
 	c.mu.Lock()

@@ -146,10 +146,12 @@
 // ContextTimeoutEnabled, and never when ctx is cancelled. The single-lease
 // calls (AcquireLease, RenewLease, ReleaseLease, TransferLease,
 // GetLeaseOwner, InspectLease, LeaseState, RevokeLease, ForceRevokeLease),
-// ListLeases, DeleteTopicIfDrained, Publish, PublishFor, PublishBatch and
-// Subscribe's setup return when their ctx ends all the same, deadline or
-// cancel, with any client, also under load (TestPublishCtxEndsUnderLoadOnStalledServer,
-// TestSubscribeCancelledOnStalledServer): the error wraps ctx's and says the
+// ListLeases, GroupBacklog, DeleteTopicIfDrained, Publish, PublishFor,
+// PublishBatch and Subscribe's setup return when their ctx ends all the
+// same, deadline or cancel, with any client, also under load
+// (TestPublishCtxEndsUnderLoadOnStalledServer,
+// TestSubscribeCancelledOnStalledServer, each named call:
+// TestNamedCallsReturnAtCancelOnStalledServer): the error wraps ctx's and says the
 // script or event was sent and may have run or been stored (TestCancelledCallOnStalledServer:
 // within 1s of the cancel on a SIGSTOPped server; before, 5.0s, go-redis's
 // ReadTimeout). The send then goes on in a goroutine of its own until the
@@ -178,6 +180,17 @@
 // (TestCancelledCallsUnderLoadOnStalledServer: 32 callers on a NewURL
 // client, the server SIGSTOPped under load, every call now back within 1s
 // of the cancel or deadline; before, the last came back after 30-35s).
+//
+// On a ctx that cannot end, a call waits for the server or the client's
+// timeouts, but not for those of every batch queued ahead of it: when a
+// batch of publishes or of single-lease calls fails on a transport error
+// (after go-redis's retries: 5-10s with its defaults), the calls queued
+// behind it, never sent, fail with it at once, with an error that says so
+// and wraps the batch's (TestQueuedPublishesFailWithTheBatchBefore,
+// TestQueuedLeaseCallsFailWithTheBatchBefore: 160 calls on
+// context.Background on a stopped server all returned within 5.0s; before,
+// batch after batch, the last after 45s). An error reply (a WRONGTYPE key)
+// fails its own call only (TestQueuedPublishesSurviveAnErrorReply).
 //
 // go-redis retries a command that timed out or lost its connection
 // (MaxRetries). Group reads are the exception: a read that runs after its

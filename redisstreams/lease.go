@@ -148,7 +148,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	q := &b.leaseQ
 	if q.join(c, leaseMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
-			b.sendCall(ctx, c)
+			b.sendLead(ctx, c)
 			q.finish(leaseMaxBatch)
 			return c.cmd
 		}
@@ -157,7 +157,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		// (sendQueued), rather than wake a queued caller to lead it.
 		done := c.turn().wake
 		if b.awaitSend(ctx, done, func() {
-			b.sendCall(ctx, c)
+			b.sendLead(ctx, c)
 			close(done)
 			b.sendQueued()
 		}) {
@@ -294,8 +294,47 @@ func (c *leaseCall) eval(ctx context.Context) *redis.Cmd {
 
 // sendLeaseBatch sends a coalesced batch, on a context of its own: a caller
 // that gives up must not fail the others; go-redis timeouts bound the call.
+// Then it fails the calls queued meanwhile if the batch failed on a
+// transport error (failLeaseQueueAfter).
 func (b *Backend) sendLeaseBatch(batch []*leaseCall) {
-	b.sendCalls(context.Background(), batch)
+	ctx := context.Background()
+	b.sendCalls(ctx, batch)
+	b.failLeaseQueueAfter(ctx, batch)
+}
+
+// sendLead sends c alone for a leader of the lease combiner, as sendCall
+// does, then fails the calls queued meanwhile if it failed on a transport
+// error (failLeaseQueueAfter).
+func (b *Backend) sendLead(ctx context.Context, c *leaseCall) {
+	b.sendCall(ctx, c)
+	b.failLeaseQueueAfter(ctx, []*leaseCall{c})
+}
+
+// failLeaseQueueAfter fails the lease calls queued behind batch, which was
+// just sent on ctx, when it failed on a transport error that ctx's deadline
+// did not cause, as the publishes' failQueuedAfter does: they were never
+// sent (so never ran), and would each wait for the same timeouts in turn
+// (TestQueuedLeaseCallsFailWithTheBatchBefore: 160 AcquireLease calls on a
+// stopped server returned after 45s with go-redis's defaults, now within
+// one batch's timeouts). A batch still in flight beside it answers for
+// itself.
+func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return // the sender's deadline may be what timed out
+	}
+	var cause error
+	for _, c := range batch {
+		if err := c.cmd.Err(); err != nil && isNetErr(err) {
+			cause = err
+			break
+		}
+	}
+	if cause == nil {
+		return
+	}
+	b.leaseQ.failQueued(func(c *leaseCall) {
+		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run): the call before it failed: %w", cause))
+	})
 }
 
 // pipelineCalls sends calls in one pipeline; those the server answers

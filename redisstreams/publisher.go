@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -170,6 +171,44 @@ func (s *streamBus) send(ctx context.Context, r *pubReq) {
 	seq := s.deletions()
 	id, err := s.b.client.XAdd(ctx, s.xaddArgs(r)).Result()
 	s.answer(r, id, err, seq)
+	s.failQueuedAfter(ctx, []*pubReq{r})
+}
+
+// failQueuedAfter fails the publishes queued behind batch, which was just
+// sent on ctx, when it failed on a transport error (the server did not
+// answer within the client's timeouts, or the connection broke, after
+// go-redis's retries) that ctx's deadline did not cause (a client that
+// honours ctx deadlines reads only until then; a cancel does not cut a
+// read short, so a cancelled ctx's timeout is the server's): they were not sent,
+// and would each wait for the same timeouts in turn, one batch after
+// another (TestQueuedPublishesFailWithTheBatchBefore: 160 publishes on a
+// stopped server returned after 45s with go-redis's defaults, now after
+// the one batch's 10s). Their callers get an error saying so: the event was
+// not stored, and may be published again.
+func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return // the sender's deadline may be what timed out
+	}
+	var cause error
+	for _, r := range batch {
+		for _, x := range r.unit() {
+			if x.err != nil && isNetErr(x.err) {
+				cause = x.err
+				break
+			}
+		}
+		if cause != nil {
+			break
+		}
+	}
+	if cause == nil {
+		return
+	}
+	s.pubQ.failQueued(func(r *pubReq) {
+		for _, x := range r.unit() {
+			x.err = fmt.Errorf("redisstreams: publish to %q not sent (retry it): the publish before it failed: %w", x.key, cause)
+		}
+	})
 }
 
 // sendBatch writes a batch that queued behind a leader. The writes are not
@@ -248,6 +287,7 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	for key, cmd := range trims {
 		s.checkTrim(ctx, key, cmd)
 	}
+	s.failQueuedAfter(ctx, batch)
 }
 
 // luaCode returns src without its comment lines and blank lines.

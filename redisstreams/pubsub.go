@@ -361,14 +361,17 @@ func (s *streamBus) flush(ctx context.Context) error {
 // (go-redis MaxRetries) may store an event twice after a network error;
 // handlers deduplicate on Event.ID.
 //
-// One batch is in flight at a time, so that publishes keep their order: on a
-// server that stopped answering, a Publish waits for the batches queued
-// ahead of it, each until the client gives up, unless its ctx ends first.
-// On a ctx that cannot end that adds up: 160 publishes queued in batches of
-// 16 (BatchSize) behind one in flight took 21s with a 1s ReadTimeout and no
-// retries (review rev5, 2026-11-27), and Close, which waits for the calls in
-// progress, with them. Give Publish a ctx with a deadline, or bound Close
-// with Shutdown(ctx).
+// One batch is in flight at a time, so that publishes keep their order. On a
+// server that stopped answering, a Publish returns when its ctx ends or when
+// the batch it is in fails (the client's timeouts and retries: 5-10s with
+// go-redis's defaults); when a batch fails on a transport error, every
+// publish queued behind it fails with it at once, with an error saying it
+// was not sent, rather than wait for the same timeouts batch after batch
+// (TestQueuedPublishesFailWithTheBatchBefore: 160 publishes on a ctx that
+// cannot end, on a stopped server, all returned within 5.0s, where they
+// waited up to 45s before). So a Publish on a ctx that cannot end waits for
+// about two batches' timeouts at most (the one in flight, then its own), and
+// Close, which waits for the calls in progress, with them.
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
 	return b.publish(ctx, topic, "", e)
 }

@@ -153,13 +153,16 @@ type Controller struct {
 	id     string
 	rt     *Runtime // the Runtime this Controller serves; nil when standalone
 
-	// subMu guards sub: a standalone Controller subscribes at its first
-	// request to another process (subscribed), a Runtime's at its start.
-	subMu sync.Mutex
-	sub   pubsub.Subscription
+	// subMu guards sub and subbing: a standalone Controller subscribes at
+	// its first request to another process (subscribed), a Runtime's at its
+	// start. subbing is closed when the Subscribe in flight is over.
+	subMu   sync.Mutex
+	sub     pubsub.Subscription
+	subbing chan struct{}
 
 	mu      sync.Mutex
 	closed  bool
+	closedC chan struct{} // closed by Close: wakes the Cancels waiting for an answer
 	waiting map[string]chan cancelAnswer
 	replies sync.WaitGroup // answers being published
 }
@@ -181,32 +184,67 @@ func NewController(_ context.Context, ps pubsub.PubSub) (*Controller, error) {
 
 func newController(ps pubsub.PubSub, id string, rt *Runtime) *Controller {
 	lp, ok := lease.ProviderOf(ps)
-	return &Controller{ps: ps, lp: lp, leases: ok, id: id, rt: rt, waiting: make(map[string]chan cancelAnswer)}
+	return &Controller{ps: ps, lp: lp, leases: ok, id: id, rt: rt, closedC: make(chan struct{}), waiting: make(map[string]chan cancelAnswer)}
 }
 
 // subscribed subscribes c to ControlTopic unless it is already: from the
 // stream's end, before c publishes a request, so that the answer is read.
-// After Close it returns ErrClosed.
+// One Subscribe is in flight at a time; a caller that finds one waits for it
+// or for its own ctx (a Subscribe to a server that stopped answering lasts
+// as long as its caller's ctx: TestConcurrentCancelsOnStalledServer), and
+// tries itself when that one failed. After Close it returns ErrClosed; a
+// Subscribe that Close overtook is undone here, by its caller, so that
+// Close need not wait for it (TestCloseDuringStuckFirstCancel).
 func (c *Controller) subscribed(ctx context.Context) error {
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
-	if c.sub != nil {
+	for {
+		c.subMu.Lock()
+		switch {
+		case c.sub != nil:
+			c.subMu.Unlock()
+			return nil
+		case c.isClosed():
+			c.subMu.Unlock()
+			return ErrClosed
+		case c.subbing != nil:
+			wait := c.subbing
+			c.subMu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("signals: subscribe %s: %w", ControlTopic, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		c.subbing = done
+		c.subMu.Unlock()
+		sub, err := c.ps.Subscribe(ctx, ControlTopic, c.onControl, pubsub.StartFrom(pubsub.Latest))
+		c.subMu.Lock()
+		c.subbing = nil
+		closed := c.isClosed()
+		if err == nil && !closed {
+			c.sub = sub
+		}
+		close(done)
+		c.subMu.Unlock()
+		switch {
+		case err != nil:
+			return fmt.Errorf("signals: subscribe %s: %w", ControlTopic, err)
+		case closed:
+			_ = sub.Unsubscribe(context.WithoutCancel(ctx))
+			return ErrClosed
+		}
 		return nil
 	}
-	if c.isClosed() {
-		return ErrClosed
-	}
-	sub, err := c.ps.Subscribe(ctx, ControlTopic, c.onControl, pubsub.StartFrom(pubsub.Latest))
-	if err != nil {
-		return fmt.Errorf("signals: subscribe %s: %w", ControlTopic, err)
-	}
-	c.sub = sub
-	return nil
 }
 
 // Close stops the Controller: it unsubscribes, waits for the answers it is
-// publishing, and makes later calls return ErrClosed. It does not close the
-// pubsub. It is idempotent.
+// publishing, and makes later calls return ErrClosed. A Cancel waiting for
+// an owner's answer returns at once with an error wrapping ErrClosed (its
+// request went out: the owner may act on it), and one still subscribing
+// undoes its subscription as it returns; Close waits for neither (on a
+// server that stopped answering they last as long as their ctx). It does
+// not close the pubsub. It is idempotent.
 func (c *Controller) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -214,9 +252,11 @@ func (c *Controller) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.closedC)
 	c.mu.Unlock()
-	// A subscription in flight (subscribed) is waited for; none starts
-	// after this, since subscribed checks closed under subMu.
+	// A Subscribe in flight (subscribed) is not waited for: its Cancel
+	// undoes it when it returns. None starts after this, since subscribed
+	// checks closed under subMu.
 	c.subMu.Lock()
 	sub := c.sub
 	c.subMu.Unlock()
@@ -359,6 +399,10 @@ func (c *Controller) ask(ctx context.Context, process, thread, reason, drop stri
 	select {
 	case a := <-ch:
 		return a, nil
+	case <-c.closedC:
+		// Close unsubscribed: no answer can come in any more. The request
+		// went out, so the owner may act on it.
+		return cancelAnswer{}, fmt.Errorf("%w (the cancel of thread %q was sent to %s, which may act on it)", ErrClosed, thread, process)
 	case <-ctx.Done():
 		return cancelAnswer{}, fmt.Errorf("%w: %s did not answer the cancel of thread %q: %w", ErrUnreachable, process, thread, ctx.Err())
 	}
@@ -562,7 +606,9 @@ func (rt *Runtime) Cancel(ctx context.Context, thread, reason string, opts ...Ca
 // and time left of its lease, the signals queued and in flight, and when the
 // last signal was sent. Fields the backends cannot tell are zero (-1 for the
 // counts); see ThreadStatus. Bad input returns an error wrapping
-// ErrInvalid; after Close, ErrClosed.
+// ErrInvalid; after Close, ErrClosed. On redisstreams it returns when ctx
+// ends, also on a server that stopped answering (its reads, InspectLease
+// and GroupBacklog, do: TestStatusReturnsAtCancelOnStalledServer).
 func (rt *Runtime) Status(ctx context.Context, thread string) (ThreadStatus, error) {
 	if rt.isClosed() {
 		return ThreadStatus{}, ErrClosed

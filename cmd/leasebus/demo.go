@@ -178,7 +178,9 @@ type workerProc struct {
 	log    *syncBuffer
 	done   chan struct{} // closed when Wait returned
 	err    error
-	killed bool
+	killed bool // by the demo's kill (maybeKill)
+	// stopKilled: killed by stopAll, after it did not stop in time.
+	stopKilled bool
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
@@ -204,14 +206,21 @@ func (s *syncBuffer) lastLine() string {
 // workerName returns the name of worker i (from 0): w1, w2, ...
 func workerName(i int) string { return fmt.Sprintf("w%d", i+1) }
 
-func (d *demo) run(ctx context.Context) error {
+// run runs the demo until every accepted signal ran, --duration passed or
+// cmdCtx ended (an interrupt). Every step that waits for Redis returns at an
+// interrupt, which then stops the workers within demoStopGrace
+// (TestDemoCtrlCOnStoppedRedis, and at the begin and stop records and the
+// final read: TestDemoCtrlCAtBeginOnStoppedRedis,
+// TestDemoCtrlCAtTheEndOnStoppedRedis).
+func (d *demo) run(cmdCtx context.Context) error {
 	c := d.c
 	for i := 1; i <= c.threads; i++ {
 		d.threads = append(d.threads, threadName(i))
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	ctx, cancel := context.WithTimeout(cmdCtx, c.duration)
 	defer cancel()
-	defer d.stopAll(workerStopGrace)
+	// Workers left running by an early return (an error) get demoStopGrace.
+	defer d.stopAll(cmdCtx, demoStopGrace)
 	for i := range c.workers {
 		wc := workerConfig{
 			url: d.url, keyspace: d.keyspace, stream: d.stream, name: workerName(i), index: i,
@@ -227,14 +236,13 @@ func (d *demo) run(ctx context.Context) error {
 	st := newLiveState(c)
 	lastID := "0-0"
 	seq := 0
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if ctx.Err() != nil {
-			break
-		}
-		res, err := d.readRecords(ctx, lastID)
-		if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+	for ctx.Err() == nil {
+		// On cmdCtx, not ctx: with a client that honours ctx deadlines the
+		// --duration deadline would cut the read, and that read error
+		// can come before ctx says it ended (review revA: "read demo
+		// records: i/o timeout" at the end of 2 of 4 runs).
+		res, err := d.readRecords(cmdCtx, lastID)
+		if err != nil && !errors.Is(err, redis.Nil) && cmdCtx.Err() == nil {
 			return fmt.Errorf("read demo records: %w", err)
 		}
 		for _, s := range res {
@@ -247,9 +255,15 @@ func (d *demo) run(ctx context.Context) error {
 				}
 			}
 		}
+		if cmdCtx.Err() != nil {
+			break
+		}
 		if st.ready == c.workers && !st.started {
 			st.started = true
-			if err := d.rec.add(ctx, recBegin); err != nil {
+			if err := d.rec.addUntil(cmdCtx, recBegin); err != nil {
+				if cmdCtx.Err() != nil {
+					break
+				}
 				return fmt.Errorf("record the start: %w", err)
 			}
 			d.start = time.Now()
@@ -257,9 +271,6 @@ func (d *demo) run(ctx context.Context) error {
 				fmt.Fprintln(w.stdin, "go")
 			}
 			d.say(fmt.Sprintf("%s up (pids %s); sending signals", plural(c.workers, "worker"), d.pids()))
-		}
-		if interrupted(ctx) {
-			break
 		}
 		for _, w := range d.workers {
 			select {
@@ -280,11 +291,8 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		d.progress(st)
 	}
-	if interrupted(ctx) {
-		d.clearProgress()
-		d.say("interrupted; stopping the workers")
-		d.stopAll(demoStopGrace)
-		return nil // runDemo reports the interrupt
+	if cmdCtx.Err() != nil {
+		return d.interrupted(cmdCtx)
 	}
 	why := "done"
 	if ctx.Err() != nil {
@@ -292,19 +300,30 @@ func (d *demo) run(ctx context.Context) error {
 		d.say(fmt.Sprintf("stopped after --duration %v with %d of %d accepted signals run", c.duration, st.ranAccepted(), len(st.accepted)))
 	}
 	// The end of the timeline: now, not the last event a worker recorded.
-	_ = d.rec.add(ctx, recStop, "why", why)
+	_ = d.rec.addUntil(cmdCtx, recStop, "why", why)
 	d.clearProgress()
-	d.stopAll(workerStopGrace)
+	d.stopAll(cmdCtx, workerStopGrace)
+	if cmdCtx.Err() != nil {
+		return d.interrupted(cmdCtx)
+	}
 	for _, w := range d.workers {
-		if !w.killed && w.err != nil {
+		switch {
+		case w.stopKilled:
+			fmt.Fprintf(d.e.stdout, "worker %s did not stop within %v; killed: %s\n", w.name, workerStopGrace, w.log.lastLine())
+		case !w.killed && w.err != nil:
 			fmt.Fprintf(d.e.stdout, "worker %s exited with %v: %s\n", w.name, w.err, w.log.lastLine())
 		}
 	}
 
 	// The whole record, including what the killed worker wrote before it died.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	rctx, rcancel := context.WithTimeout(cmdCtx, 10*time.Second)
 	defer rcancel()
-	msgs, err := d.client.XRange(rctx, d.stream, "-", "+").Result()
+	msgs, err := untilDone(rctx, func(ctx context.Context) ([]redis.XMessage, error) {
+		return d.client.XRange(ctx, d.stream, "-", "+").Result()
+	})
+	if cmdCtx.Err() != nil {
+		return d.interrupted(cmdCtx)
+	}
 	if err != nil {
 		return fmt.Errorf("read demo records: %w", err)
 	}
@@ -336,10 +355,38 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
-// interrupted reports whether the demo's run ctx ended because the
-// command's ctx did (an interrupt), not because --duration passed.
-func interrupted(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled)
+// interrupted ends a demo that was interrupted (cmdCtx ended): it stops the
+// workers within demoStopGrace and returns nil (runDemo reports the
+// interrupt).
+func (d *demo) interrupted(cmdCtx context.Context) error {
+	d.clearProgress()
+	d.say("interrupted; stopping the workers")
+	d.stopAll(cmdCtx, demoStopGrace)
+	return nil
+}
+
+// untilDone runs f on ctx in a goroutine of its own and returns its result,
+// or ctx's error as soon as ctx ends: go-redis does not end a read it is
+// blocked in when ctx is cancelled, and an interrupted command must not wait
+// for its timeouts (the call left behind ends when the command closes the
+// client).
+func untilDone[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	type reply struct {
+		v   T
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- reply{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 // spawn starts one worker process.
@@ -422,52 +469,60 @@ const (
 )
 
 // stopAll closes the workers' stdin (their signal to shut down) and waits
-// for them, killing those that have not exited after grace. It does nothing
-// more once every worker exited.
-func (d *demo) stopAll(grace time.Duration) {
+// for them, killing those that have not exited after grace, or after
+// demoStopGrace once cmdCtx ends (an interrupt while they stop). It does
+// nothing more once every worker exited.
+func (d *demo) stopAll(cmdCtx context.Context, grace time.Duration) {
 	for _, w := range d.workers {
 		_ = w.stdin.Close()
 	}
+	end := time.Now().Add(grace)
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
+	interrupt := cmdCtx.Done()
 	expired := false
-	for _, w := range d.workers {
-		if !expired {
+	exited := func(w *workerProc) bool {
+		for !expired {
 			select {
 			case <-w.done:
-				continue
+				return true
 			case <-deadline.C:
 				expired = true
+			case <-interrupt:
+				interrupt = nil
+				if time.Until(end) > demoStopGrace {
+					end = time.Now().Add(demoStopGrace)
+					deadline.Reset(demoStopGrace)
+				}
 			}
+		}
+		return false
+	}
+	for _, w := range d.workers {
+		if exited(w) {
+			continue
 		}
 		// Past the grace: every worker still running is killed (the
 		// timer fires once, so the ones after the first must not wait
 		// for it again).
+		select {
+		case <-w.done:
+			continue
+		default:
+		}
+		w.stopKilled = true
 		_ = w.cmd.Process.Kill()
 		<-w.done
 	}
 }
 
 // readRecords reads the demo's record stream after lastID, blocking up to
-// 100ms. It returns when ctx ends even if Redis stopped answering (go-redis
-// ignores a cancel while it waits for a reply; the read left behind ends
-// when the command closes the client).
+// 100ms. It returns when ctx ends even if Redis stopped answering
+// (untilDone).
 func (d *demo) readRecords(ctx context.Context, lastID string) ([]redis.XStream, error) {
-	type reply struct {
-		res []redis.XStream
-		err error
-	}
-	got := make(chan reply, 1)
-	go func() {
-		res, err := d.client.XRead(ctx, &redis.XReadArgs{Streams: []string{d.stream, lastID}, Block: 100 * time.Millisecond, Count: 500}).Result()
-		got <- reply{res, err}
-	}()
-	select {
-	case r := <-got:
-		return r.res, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return untilDone(ctx, func(ctx context.Context) ([]redis.XStream, error) {
+		return d.client.XRead(ctx, &redis.XReadArgs{Streams: []string{d.stream, lastID}, Block: 100 * time.Millisecond, Count: 500}).Result()
+	})
 }
 
 // cleanup deletes the demo's keys from a Redis the user gave, giving up

@@ -78,6 +78,16 @@ func (r *recorder) add(ctx context.Context, kind string, kv ...string) error {
 	return r.client.XAdd(ctx, &redis.XAddArgs{Stream: r.stream, Values: values}).Err()
 }
 
+// addUntil is add that returns ctx's error as soon as ctx ends (untilDone):
+// the demo's own records must not hold an interrupted demo for go-redis's
+// timeouts when Redis stopped answering.
+func (r *recorder) addUntil(ctx context.Context, kind string, kv ...string) error {
+	_, err := untilDone(ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.add(ctx, kind, kv...)
+	})
+	return err
+}
+
 // parseRecord turns a stream message into a record.
 func parseRecord(seq int, m redis.XMessage) record {
 	rec := record{Seq: seq, Fields: map[string]string{}}

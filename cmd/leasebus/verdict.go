@@ -92,6 +92,7 @@ type analysis struct {
 	Takeovers     []*takeover           // per kill and thread the killed worker was running
 	Released      map[string]time.Time  // run id -> when its tenure released the lease (observer "released")
 	Workers       []string              // the workers that reported ready, in stream order
+	SentAll       map[string]bool       // the workers that sent their whole share of the signals
 	LeaseTTL      time.Duration         // the demo's lease TTL
 	Recovery      time.Duration         // the runtimes' recovery interval
 }
@@ -100,7 +101,7 @@ type analysis struct {
 func analyze(recs []record, threads []string, ttl, recovery time.Duration) *analysis {
 	a := &analysis{
 		Records: len(recs), Threads: threads, Runs: map[string][]*demoRun{}, Sent: map[string]sentSignal{},
-		Released: map[string]time.Time{}, LeaseTTL: ttl, Recovery: recovery,
+		Released: map[string]time.Time{}, SentAll: map[string]bool{}, LeaseTTL: ttl, Recovery: recovery,
 	}
 	if len(recs) > 0 {
 		a.Begin, a.Finish = recs[0].At, recs[len(recs)-1].At
@@ -125,6 +126,8 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 			a.Sent[r.Get("sig")] = sentSignal{Thread: r.Get("th"), Worker: r.Worker, Action: r.Get("act"), Seq: r.Seq}
 		case recSendFail:
 			a.SendFailures = append(a.SendFailures, fmt.Sprintf("%s: send %s to %s: %s", r.Worker, r.Get("sig"), r.Get("th"), r.Get("err")))
+		case recSentAll:
+			a.SentAll[r.Worker] = true
 		case recStart, recRogue:
 			run := &demoRun{
 				Worker: r.Worker, Thread: r.Get("th"), ID: r.Get("run"), Token: r.Token("tok"),
@@ -397,6 +400,13 @@ func (a *analysis) checkEverySignal() check {
 		}
 	}
 	c.Failures = append(c.Failures, a.SendFailures...)
+	// A worker stops sending when the demo stops it (--duration): the
+	// signals it did not send did not run either.
+	for _, w := range a.Workers {
+		if !a.SentAll[w] {
+			c.Failures = append(c.Failures, fmt.Sprintf("%s did not send all its signals before the demo stopped", w))
+		}
+	}
 	if len(a.Sent) == 0 {
 		c.Failures = append(c.Failures, "no signal was accepted")
 	}

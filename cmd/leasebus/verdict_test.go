@@ -194,6 +194,14 @@ func TestVerdictCatches(t *testing.T) {
 			check: "every signal ran", want: "signal thread-1/s3 of thread-1 (accepted by w2, forwarded) never finished (its last run r3 on w2 was done)",
 		},
 		{
+			// --duration stopped the demo while w2 was still sending: its
+			// unsent signals did not run (review revA: this passed while
+			// workers stopped sending at the stop and nothing checked it).
+			name:  "share not sent",
+			evs:   without(story(), func(e ev) bool { return e.kind == recSentAll && e.worker == "w2" }),
+			check: "every signal ran", want: "w2 did not send all its signals before the demo stopped",
+		},
+		{
 			name:  "signal never given",
 			evs:   without(story(), func(e ev) bool { return run(e) == "r3" || run(e) == "r2" }),
 			check: "every signal ran", want: "thread-1/s3 of thread-1 (accepted by w2, forwarded) was never given to a run",

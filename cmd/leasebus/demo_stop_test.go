@@ -1,0 +1,172 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+)
+
+// TestDemoDurationCutShort: "demo --help" says of --duration: "upper bound
+// on the run (d); signals not run by then fail the verdict". A demo that
+// --duration stops while its workers are still sending must print the
+// timeline and a failing verdict (exit 1), never PASS.
+//
+// Found by review revA (helper 13, 2026-11-27):
+//   - since 55863bd a worker stops sending when its stdin closes, and the
+//     verdict judged only the signals that were accepted: 3 of 5 such demos
+//     printed "PASS: every guarantee held" and exited 0 with about 50 of
+//     320 signals sent. The verdict now fails a worker that did not record
+//     sending its whole share;
+//   - 2 of 4 (and 2 of 5 before 55863bd) ended with "read demo records:
+//     ... i/o timeout" and no verdict: the record read ran on the
+//     --duration ctx, whose deadline became the socket's, and the read
+//     failed before the ctx said it ended. It now reads on the command's
+//     ctx.
+func TestDemoDurationCutShort(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for i := range 4 {
+		r := leasebus(t, 60*time.Second, "demo", "--redis", srv.URL(), "--workers", "2", "--threads", "8",
+			"--signals", "40", "--kill=false", "--duration", "2s", "--work", "20ms")
+		t.Logf("run %d: exit %d, %q, stderr %q", i+1, r.code, grepLine(r.stdout, "every signal ran"), r.stderr)
+		if strings.Contains(r.stderr, "read demo records") {
+			t.Errorf("run %d: a demo ended by --duration failed with %q instead of the timeline and verdict", i+1, r.stderr)
+		}
+		if r.code != exitFailed || !strings.Contains(r.stdout, "stopped after --duration 2s") || strings.Contains(r.stdout, "PASS") {
+			t.Errorf("run %d: a demo stopped by --duration 2s with most of its 320 signals unsent exited %d; want 1 and a failing verdict:\n%s", i+1, r.code, r.stdout)
+		}
+		if !strings.Contains(r.stdout, "did not send all its signals before the demo stopped") {
+			t.Errorf("run %d: the verdict does not say which worker did not send its share", i+1)
+		}
+	}
+}
+
+func grepLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// TestDemoCtrlCAtTheEndOnStoppedRedis: like
+// TestDemoCtrlCOnStoppedRedis, but Redis stops answering as the demo ends
+// (at the parent's "stop" record, the XADD with field "why"): Ctrl-C 500ms
+// later must exit promptly with 130, within the same bound
+// (demoStopGrace + 2*closeGrace + 1s).
+//
+// Found by review revA (helper 13, 2026-11-27), left by 55863bd, which
+// bounded only the interrupt mid-run: 25.5s after the SIGINT (2 of 2). After the loop, the end path ignores the
+// interrupt: the "stop" record's XADD runs WithoutCancel for up to 5s
+// (record.go:76), stopAll(workerStopGrace) waits 15s for workers stuck in
+// rt.Close and then kills them (demo.go:297; stdout then shows "worker w1
+// exited with signal: killed", for workers the demo itself killed), and
+// the final XRange runs WithoutCancel for up to 10s (demo.go:305-307);
+// only then does runDemo see the interrupt and exit 130. Each of those
+// steps now ends at the interrupt (addUntil, stopAll watching it, untilDone).
+func TestDemoCtrlCAtTheEndOnStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	r := runBlackHoled(t, srv, "why", 500*time.Millisecond, 60*time.Second,
+		"demo", "--workers", "2", "--threads", "2", "--signals", "3", "--kill=false")
+	if r.sinceINT == 0 {
+		t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
+	}
+	if r.code != exitInterrupted {
+		t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+	}
+	if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
+		t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
+	}
+}
+
+// TestDemoGroupCtrlCOnStoppedRedis: Ctrl-C in a
+// terminal signals the whole foreground process group, the workers too
+// (exec.Command does not give them a group of their own). Like
+// TestDemoCtrlCOnStoppedRedis, with the SIGINT sent to the group.
+func TestDemoGroupCtrlCOnStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	p := redistest.NewProxy(t, srv.Addr())
+	hit := make(chan struct{})
+	p.HoldNext(func(b []byte) bool {
+		if strings.Contains(strings.ToLower(string(b)), "demo.step") {
+			close(hit)
+			return true
+		}
+		return false
+	})
+	t.Cleanup(func() { srv.Resume(t) })
+	cmd := exec.Command(bin, "demo", "--workers", "2", "--threads", "2", "--signals", "20", "--kill=false", "--redis", "redis://"+p.Addr())
+	cmd.Env = append(os.Environ(), redisEnv+"=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-hit:
+	case err := <-done:
+		t.Fatalf("exited before Redis stopped: %v %q", err, errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("no demo.step sent within 30s")
+	}
+	srv.Pause(t)
+	time.Sleep(500 * time.Millisecond)
+	intAt := time.Now()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(40 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		err = <-done
+	}
+	d := time.Since(intAt)
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	t.Logf("exit %d %v after the group SIGINT\nstdout %q\nstderr %q", code, d.Round(time.Millisecond), out.String(), errb.String())
+	if code != exitInterrupted {
+		t.Errorf("exit %d; want %d", code, exitInterrupted)
+	}
+	if bound := demoStopGrace + 2*closeGrace + time.Second; d > bound {
+		t.Errorf("exited %v after the group SIGINT; want within %v", d.Round(time.Millisecond), bound)
+	}
+}
+
+// TestDemoCtrlCAtBeginOnStoppedRedis: Redis stops answering as
+// the parent records the start (the "begin" record, right before it tells
+// the workers "go"); Ctrl-C 500ms later must exit promptly with 130,
+// within the bound of TestDemoCtrlCOnStoppedRedis.
+//
+// Found by review revA (helper 13, 2026-11-27): exit 130 20.5s after the
+// SIGINT (2 of 2). rec.add of
+// the begin record (demo.go:252) runs WithoutCancel for up to 5s
+// (record.go:76) and then d.run returns its error ("record the start"),
+// so the interrupt path with stopAll(demoStopGrace) (demo.go:286) is
+// skipped: the deferred stopAll(workerStopGrace) (demo.go:214) gives the
+// workers, stuck in rt.Close on the stopped Redis, the 15s grace. Every
+// error return of d.run after an interrupt took that path. The begin record
+// now ends at the interrupt, and the deferred stopAll gives demoStopGrace.
+func TestDemoCtrlCAtBeginOnStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	r := runBlackHoled(t, srv, "begin", 500*time.Millisecond, 60*time.Second,
+		"demo", "--workers", "2", "--threads", "2", "--signals", "3", "--kill=false")
+	if r.sinceINT == 0 {
+		t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
+	}
+	if r.code != exitInterrupted {
+		t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+	}
+	if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
+		t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
+	}
+}

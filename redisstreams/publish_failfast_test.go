@@ -1,0 +1,132 @@
+package redisstreams
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// TestQueuedPublishesFailWithTheBatchBefore: publishes on a ctx that cannot
+// end (context.Background, as a fire-and-forget caller gives) queue behind
+// the batch in flight; when Redis stops answering (SIGSTOP) that batch fails
+// after the client's timeouts. What queued behind it was never sent, and
+// would each wait for the same timeouts in turn, one batch at a time: with
+// 160 publishers that was every caller waiting up to 11 batches' timeouts.
+// The publishes queued when a batch fails on a transport error now fail at
+// once with it (not sent: retry them). So every Publish returns within two
+// batches' timeouts of the stall. A NewURL client with go-redis's defaults.
+func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	// One batch's failure on the stalled server: a publish alone.
+	if err := b.Publish(ctx, "ff", pubsub.Event{Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	t.Cleanup(func() { srv.Resume(t) })
+	start := time.Now()
+	if err := b.Publish(ctx, "ff", pubsub.Event{Type: "x"}); err == nil {
+		t.Fatal("publish on a stopped server succeeded")
+	}
+	one := time.Since(start)
+	t.Logf("one publish on the stopped server failed after %v", one.Round(time.Millisecond))
+
+	const publishers = 160
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		worst time.Duration
+		fails int
+	)
+	start = time.Now()
+	for i := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := b.Publish(ctx, fmt.Sprint("ff", i%4), pubsub.Event{Type: "x"})
+			d := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			worst = max(worst, d)
+			if err != nil {
+				fails++
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d publishes on the stopped server: %d failed, the last returned after %v", publishers, fails, worst.Round(time.Millisecond))
+	if fails != publishers {
+		t.Errorf("%d of %d publishes failed on a stopped server; want all", fails, publishers)
+	}
+	if bound := 2*one + time.Second; worst > bound {
+		t.Errorf("the last of %d publishes returned %v after the stall began; want within two batches' timeouts (%v)", publishers, worst.Round(time.Millisecond), bound.Round(time.Millisecond))
+	}
+}
+
+// TestQueuedPublishesSurviveAnErrorReply: only a transport error fails the
+// publishes queued behind a batch. A batch whose XADD the server refuses
+// (WRONGTYPE: another program's string at the stream's key) fails that
+// publish alone; every publish to a good topic, queued behind it or in the
+// same batch, is stored.
+func TestQueuedPublishesSurviveAnErrorReply(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Client().Set(ctx, b.keys.Stream("bad"), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const publishers, rounds = 64, 20
+	var (
+		wg            sync.WaitGroup
+		mu            sync.Mutex
+		badOK, goodKO int
+		firstGoodErr  error
+	)
+	for i := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				topic := fmt.Sprint("good", i%4)
+				if i%8 == 0 {
+					topic = "bad"
+				}
+				err := b.Publish(ctx, topic, pubsub.Event{Type: "x"})
+				mu.Lock()
+				switch {
+				case topic == "bad" && err == nil:
+					badOK++
+				case topic != "bad" && err != nil:
+					goodKO++
+					if firstGoodErr == nil {
+						firstGoodErr = err
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if badOK > 0 {
+		t.Errorf("%d publishes to a key holding a string succeeded", badOK)
+	}
+	if goodKO > 0 {
+		t.Errorf("%d publishes to good topics failed beside a WRONGTYPE one; first: %v", goodKO, firstGoodErr)
+	}
+}

@@ -159,21 +159,29 @@ func (c *combiner[T]) next(maxBatch int) []T {
 	return batch
 }
 
-// failQueued answers every request queued now with fail (which sets its
-// error) and returns how many. Only the holder of a turn calls it, after its
-// batch failed in a way the queued requests would too: they were never
-// sent, so failing them is exact, and it spares each a wait for the same
-// timeouts one batch after another.
-func (c *combiner[T]) failQueued(fail func(T)) int {
+// failQueued answers the requests queued now that match with fail (which
+// sets their error), leaves the others queued, and returns how many it
+// failed. Only the holder of a turn calls it, after its batch failed in a
+// way the matching requests would too: they were never sent, so failing
+// them is exact, and it spares each a wait for the same timeouts one batch
+// after another.
+func (c *combiner[T]) failQueued(match func(T) bool, fail func(T)) int {
 	c.mu.Lock()
-	queued := c.queue
-	c.queue = nil
-	for _, x := range queued {
+	defer c.mu.Unlock()
+	kept := c.queue[:0]
+	n := 0
+	for _, x := range c.queue {
+		if !match(x) {
+			kept = append(kept, x)
+			continue
+		}
 		fail(x)
 		close(x.turn().wake) // (its batch is nil: answered, not to lead)
+		n++
 	}
-	c.mu.Unlock()
-	return len(queued)
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	return n
 }
 
 // straggled ends a leader started for a caller that gave up.

@@ -190,7 +190,14 @@
 // TestQueuedLeaseCallsFailWithTheBatchBefore: 160 calls on
 // context.Background on a stopped server all returned within 5.0s; before,
 // batch after batch, the last after 45s). An error reply (a WRONGTYPE key)
-// fails its own call only (TestQueuedPublishesSurviveAnErrorReply).
+// fails its own call only (TestQueuedPublishesSurviveAnErrorReply); on a
+// Cluster client only the calls for the failed keys' masters fail with a
+// batch, on a Ring only those for their hash tags
+// (TestClusterStalledMasterSparesOtherNodes). A call so failed was not sent,
+// so it did not run (TestNotSentLeaseCallsDidNotRun). On a Cluster, a call
+// for a healthy master in the same batch as one for a master that stopped
+// answering still waits for that batch: go-redis answers a pipeline when
+// every node's part is done.
 //
 // go-redis retries a command that timed out or lost its connection
 // (MaxRetries). Group reads are the exception: a read that runs after its

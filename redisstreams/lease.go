@@ -1,6 +1,7 @@
 package redisstreams
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -118,6 +119,7 @@ type leaseCall struct {
 	t      turn[*leaseCall]
 	script *luaScript
 	cmd    *redis.Cmd
+	key    string // KEYS[1] (failScope)
 }
 
 func (c *leaseCall) turn() *turn[*leaseCall] { return &c.t }
@@ -130,7 +132,11 @@ func newCall(ctx context.Context, s *luaScript, keys []string, argv ...any) *lea
 		args = append(args, k)
 	}
 	args = append(args, argv...)
-	return &leaseCall{script: s, cmd: redis.NewCmd(ctx, args...)}
+	c := &leaseCall{script: s, cmd: redis.NewCmd(ctx, args...)}
+	if len(keys) > 0 {
+		c.key = keys[0]
+	}
+	return c
 }
 
 // runLease runs one lease script and returns its command, holding the reply
@@ -322,17 +328,20 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return // the sender's deadline may be what timed out
 	}
-	var cause error
+	var (
+		cause error
+		scope failScope
+	)
 	for _, c := range batch {
 		if err := c.cmd.Err(); err != nil && isNetErr(err) {
-			cause = err
-			break
+			cause = cmp.Or(cause, err)
+			scope.add(b, c.key)
 		}
 	}
 	if cause == nil {
 		return
 	}
-	b.leaseQ.failQueued(func(c *leaseCall) {
+	b.leaseQ.failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
 		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run): the call before it failed: %w", cause))
 	})
 }

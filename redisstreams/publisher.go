@@ -1,6 +1,7 @@
 package redisstreams
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/keys"
 )
 
 var (
@@ -189,26 +192,86 @@ func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return // the sender's deadline may be what timed out
 	}
-	var cause error
+	var (
+		cause error
+		scope failScope
+	)
 	for _, r := range batch {
 		for _, x := range r.unit() {
 			if x.err != nil && isNetErr(x.err) {
-				cause = x.err
-				break
+				cause = cmp.Or(cause, x.err)
+				scope.add(s.b, x.key)
 			}
-		}
-		if cause != nil {
-			break
 		}
 	}
 	if cause == nil {
 		return
 	}
-	s.pubQ.failQueued(func(r *pubReq) {
+	s.pubQ.failQueued(func(r *pubReq) bool {
+		for _, x := range r.unit() {
+			if scope.has(s.b, x.key) {
+				return true
+			}
+		}
+		return false
+	}, func(r *pubReq) {
 		for _, x := range r.unit() {
 			x.err = fmt.Errorf("redisstreams: publish to %q not sent (retry it): the publish before it failed: %w", x.key, cause)
 		}
 	})
+}
+
+// failScope is where a batch failed on a transport error: on a Cluster
+// client, the nodes of the keys that failed (a batch is sent in one part
+// per node, and one node's failure says nothing of the others), on a Ring,
+// their hash tags (their shards), on any other client everything. The calls
+// queued in that scope fail with the batch (TestClusterStalledMasterSparesOtherNodes:
+// with the whole queue failed, calls for healthy masters failed as "not
+// sent"; by node, they are spared, and the calls for the stopped master do
+// not hold up the batches they would join).
+type failScope map[string]struct{}
+
+// where returns the scope key of key: its master's address on a Cluster
+// ("" when the client's map of slots cannot tell, which matches nothing),
+// its hash tag on a Ring, "" on any other client (where has ignores it).
+// MasterForKey reads the client's map of slots, already loaded for the
+// batch that failed: it sends nothing.
+func (b *Backend) where(key string) string {
+	switch c := b.client.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(context.Background(), key)
+		if err != nil {
+			return ""
+		}
+		return node.Options().Addr
+	case *redis.Ring:
+		return keys.HashTag(key)
+	}
+	return ""
+}
+
+func (f *failScope) add(b *Backend, key string) {
+	if !b.sharded {
+		return
+	}
+	if *f == nil {
+		*f = failScope{}
+	}
+	if w := b.where(key); w != "" {
+		(*f)[w] = struct{}{}
+	}
+}
+
+func (f failScope) has(b *Backend, key string) bool {
+	if !b.sharded {
+		return true
+	}
+	w := b.where(key)
+	if w == "" {
+		return false
+	}
+	_, ok := f[w]
+	return ok
 }
 
 // sendBatch writes a batch that queued behind a leader. The writes are not

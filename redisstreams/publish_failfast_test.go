@@ -16,11 +16,31 @@ import (
 // the batch in flight; when Redis stops answering (SIGSTOP) that batch fails
 // after the client's timeouts. What queued behind it was never sent, and
 // would each wait for the same timeouts in turn, one batch at a time: with
-// 160 publishers that was every caller waiting up to 11 batches' timeouts.
-// The publishes queued when a batch fails on a transport error now fail at
-// once with it (not sent: retry them). So every Publish returns within two
-// batches' timeouts of the stall. A NewURL client with go-redis's defaults.
+// 160 publishers the last returned after 45s. The publishes queued when a
+// batch fails on a transport error now fail at once with it (not sent:
+// retry them), so every Publish returns within two batches' timeouts of the
+// stall (5.0s). A NewURL client with go-redis's defaults.
 func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
+	queuedCallsFailWithTheBatchBefore(t, "publish", func(ctx context.Context, b *Backend, i int) error {
+		return b.Publish(ctx, fmt.Sprint("ff", i%4), pubsub.Event{Type: "x"})
+	})
+}
+
+// TestQueuedLeaseCallsFailWithTheBatchBefore is
+// TestQueuedPublishesFailWithTheBatchBefore for lease calls (AcquireLease
+// on distinct keys): 45s before, 5.0s now.
+func TestQueuedLeaseCallsFailWithTheBatchBefore(t *testing.T) {
+	queuedCallsFailWithTheBatchBefore(t, "acquire", func(ctx context.Context, b *Backend, i int) error {
+		_, err := b.AcquireLease(ctx, fmt.Sprint("k", i), "o", time.Minute)
+		return err
+	})
+}
+
+// queuedCallsFailWithTheBatchBefore times one call (i = -1) on a stopped
+// server (the client's timeouts: one batch's failure), then 160 concurrent
+// calls on context.Background: all must fail, the last within two batches'
+// timeouts (plus 1s).
+func queuedCallsFailWithTheBatchBefore(t *testing.T, what string, call func(ctx context.Context, b *Backend, i int) error) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -29,20 +49,19 @@ func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	// One batch's failure on the stalled server: a publish alone.
-	if err := b.Publish(ctx, "ff", pubsub.Event{Type: "x"}); err != nil {
+	if err := call(ctx, b, -1); err != nil { // connections and scripts warm
 		t.Fatal(err)
 	}
 	srv.Pause(t)
 	t.Cleanup(func() { srv.Resume(t) })
 	start := time.Now()
-	if err := b.Publish(ctx, "ff", pubsub.Event{Type: "x"}); err == nil {
-		t.Fatal("publish on a stopped server succeeded")
+	if err := call(ctx, b, -2); err == nil {
+		t.Fatalf("%s on a stopped server succeeded", what)
 	}
 	one := time.Since(start)
-	t.Logf("one publish on the stopped server failed after %v", one.Round(time.Millisecond))
+	t.Logf("one %s on the stopped server failed after %v", what, one.Round(time.Millisecond))
 
-	const publishers = 160
+	const callers = 160
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -50,11 +69,11 @@ func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
 		fails int
 	)
 	start = time.Now()
-	for i := range publishers {
+	for i := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := b.Publish(ctx, fmt.Sprint("ff", i%4), pubsub.Event{Type: "x"})
+			err := call(ctx, b, i)
 			d := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
@@ -65,12 +84,12 @@ func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d publishes on the stopped server: %d failed, the last returned after %v", publishers, fails, worst.Round(time.Millisecond))
-	if fails != publishers {
-		t.Errorf("%d of %d publishes failed on a stopped server; want all", fails, publishers)
+	t.Logf("%d calls (%s) on the stopped server: %d failed, the last returned after %v", callers, what, fails, worst.Round(time.Millisecond))
+	if fails != callers {
+		t.Errorf("%d of %d calls (%s) failed on a stopped server; want all", fails, callers, what)
 	}
 	if bound := 2*one + time.Second; worst > bound {
-		t.Errorf("the last of %d publishes returned %v after the stall began; want within two batches' timeouts (%v)", publishers, worst.Round(time.Millisecond), bound.Round(time.Millisecond))
+		t.Errorf("the last of %d calls (%s) returned %v after the stall began; want within two batches' timeouts (%v)", callers, what, worst.Round(time.Millisecond), bound.Round(time.Millisecond))
 	}
 }
 

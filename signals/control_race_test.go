@@ -29,6 +29,32 @@ func heldByGone(t *testing.T, url, prefix, thread string) {
 	}
 }
 
+// proxiedController starts a server where thread "t" is held by a process
+// that is gone, and returns it, a proxy in front of it, and a standalone
+// Controller on a NewURL Backend through the proxy (closed within 1s at the
+// end; the server resumed if paused).
+func proxiedController(t *testing.T) (*redistest.Server, *redistest.Proxy, *signals.Controller) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	heldByGone(t, srv.URL(), "rv", "t")
+	p := redistest.NewProxy(t, srv.Addr())
+	b, err := redisstreams.NewURL(context.Background(), "redis://"+p.Addr(), redisstreams.Options{Prefix: "rv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+	})
+	c, err := signals.NewController(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Resume(t) })
+	return srv, p, c
+}
+
 // TestFirstCancelStoppedRedis: the first Cancel of a standalone
 // Controller on a Redis that stopped answering (SIGSTOP) returns within its
 // ctx (1s, +1s slack) with an error wrapping ErrUnreachable, whether Redis
@@ -37,23 +63,7 @@ func heldByGone(t *testing.T, url, prefix, thread string) {
 func TestFirstCancelStoppedRedis(t *testing.T) {
 	for _, trigger := range []string{"", "xinfo", "xadd"} {
 		t.Run(fmt.Sprintf("at=%q", trigger), func(t *testing.T) {
-			srv := redistest.Start(t, redistest.Options{})
-			heldByGone(t, srv.URL(), "rv", "t")
-			p := redistest.NewProxy(t, srv.Addr())
-			b, err := redisstreams.NewURL(context.Background(), "redis://"+p.Addr(), redisstreams.Options{Prefix: "rv"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				_ = b.Shutdown(ctx)
-			}()
-			c, err := signals.NewController(context.Background(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Resume(t) })
+			srv, p, c := proxiedController(t)
 			if trigger == "" {
 				srv.Pause(t)
 			} else {
@@ -76,7 +86,7 @@ func TestFirstCancelStoppedRedis(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			start := time.Now()
-			_, err = c.Cancel(ctx, "t", "review")
+			_, err := c.Cancel(ctx, "t", "review")
 			d := time.Since(start)
 			t.Logf("Cancel returned after %v: %v", d.Round(time.Millisecond), err)
 			if !errors.Is(err, signals.ErrUnreachable) || d > 2*time.Second {
@@ -264,23 +274,7 @@ func TestCancelCloseRace(t *testing.T) {
 func TestCloseDuringStuckFirstCancel(t *testing.T) {
 	for _, trigger := range []string{"xinfo", "xadd"} {
 		t.Run(trigger, func(t *testing.T) {
-			srv := redistest.Start(t, redistest.Options{})
-			heldByGone(t, srv.URL(), "rv", "t")
-			p := redistest.NewProxy(t, srv.Addr())
-			b, err := redisstreams.NewURL(context.Background(), "redis://"+p.Addr(), redisstreams.Options{Prefix: "rv"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				defer cancel()
-				_ = b.Shutdown(ctx)
-			}()
-			c, err := signals.NewController(context.Background(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Resume(t) })
+			srv, p, c := proxiedController(t)
 			hit := make(chan struct{})
 			p.HoldNext(func(w []byte) bool {
 				if bytesContainsFold(w, trigger) {
@@ -302,7 +296,7 @@ func TestCloseDuringStuckFirstCancel(t *testing.T) {
 			start := time.Now()
 			_ = c.Close()
 			d := time.Since(start)
-			err = <-cdone
+			err := <-cdone
 			t.Logf("Close returned after %v; Cancel: %v", d.Round(time.Millisecond), err)
 			if d > time.Second {
 				t.Errorf("Close took %v (the in-flight Cancel's ctx), on a Redis that stopped answering", d.Round(time.Millisecond))

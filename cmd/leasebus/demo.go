@@ -209,9 +209,8 @@ func workerName(i int) string { return fmt.Sprintf("w%d", i+1) }
 // run runs the demo until every accepted signal ran, --duration passed or
 // cmdCtx ended (an interrupt). Every step that waits for Redis returns at an
 // interrupt, which then stops the workers within demoStopGrace
-// (TestDemoCtrlCOnStoppedRedis, and at the begin and stop records and the
-// final read: TestDemoCtrlCAtBeginOnStoppedRedis,
-// TestDemoCtrlCAtTheEndOnStoppedRedis).
+// (TestDemoCtrlCOnStoppedRedis: in the middle of the run, and at the begin
+// and stop records).
 func (d *demo) run(cmdCtx context.Context) error {
 	c := d.c
 	for i := 1; i <= c.threads; i++ {

@@ -54,40 +54,10 @@ func grepLine(s, sub string) string {
 	return ""
 }
 
-// TestDemoCtrlCAtTheEndOnStoppedRedis: like
-// TestDemoCtrlCOnStoppedRedis, but Redis stops answering as the demo ends
-// (at the parent's "stop" record, the XADD with field "why"): Ctrl-C 500ms
-// later must exit promptly with 130, within the same bound
-// (demoStopGrace + 2*closeGrace + 1s).
-//
-// Found by review revA (helper 13, 2026-11-27), left by 55863bd, which
-// bounded only the interrupt mid-run: 25.5s after the SIGINT (2 of 2). After the loop, the end path ignores the
-// interrupt: the "stop" record's XADD runs WithoutCancel for up to 5s
-// (record.go:76), stopAll(workerStopGrace) waits 15s for workers stuck in
-// rt.Close and then kills them (demo.go:297; stdout then shows "worker w1
-// exited with signal: killed", for workers the demo itself killed), and
-// the final XRange runs WithoutCancel for up to 10s (demo.go:305-307);
-// only then does runDemo see the interrupt and exit 130. Each of those
-// steps now ends at the interrupt (addUntil, stopAll watching it, untilDone).
-func TestDemoCtrlCAtTheEndOnStoppedRedis(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	r := runBlackHoled(t, srv, "why", 500*time.Millisecond, 60*time.Second,
-		"demo", "--workers", "2", "--threads", "2", "--signals", "3", "--kill=false")
-	if r.sinceINT == 0 {
-		t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
-	}
-	if r.code != exitInterrupted {
-		t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
-	}
-	if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
-		t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
-	}
-}
-
 // TestDemoGroupCtrlCOnStoppedRedis: Ctrl-C in a
 // terminal signals the whole foreground process group, the workers too
 // (exec.Command does not give them a group of their own). Like
-// TestDemoCtrlCOnStoppedRedis, with the SIGINT sent to the group.
+// TestDemoCtrlCOnStoppedRedis/MidRun, with the SIGINT sent to the group.
 func TestDemoGroupCtrlCOnStoppedRedis(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	p := redistest.NewProxy(t, srv.Addr())
@@ -142,31 +112,48 @@ func TestDemoGroupCtrlCOnStoppedRedis(t *testing.T) {
 	}
 }
 
-// TestDemoCtrlCAtBeginOnStoppedRedis: Redis stops answering as
-// the parent records the start (the "begin" record, right before it tells
-// the workers "go"); Ctrl-C 500ms later must exit promptly with 130,
-// within the bound of TestDemoCtrlCOnStoppedRedis.
+// TestDemoCtrlCOnStoppedRedis: Ctrl-C (SIGINT) on a demo whose Redis has
+// stopped answering (SIGSTOP): in the middle of the run (at a worker's Send,
+// whose inbox entry carries the signal's type), as the parent records the
+// start (the "begin" record, right before it tells the workers "go"), and
+// as it records the end (the "stop" record, field "why"). doc.go promises
+// exit 130 for an interrupted demo; like every command that runs until
+// interrupted, it must also exit promptly: the workers get demoStopGrace to
+// stop, the key cleanup and the Backend's close closeGrace each; within
+// those plus 1s of the SIGINT. Each now exits 4.0s after it.
 //
-// Found by review revA (helper 13, 2026-11-27): exit 130 20.5s after the
-// SIGINT (2 of 2). rec.add of
-// the begin record (demo.go:252) runs WithoutCancel for up to 5s
-// (record.go:76) and then d.run returns its error ("record the start"),
-// so the interrupt path with stopAll(demoStopGrace) (demo.go:286) is
-// skipped: the deferred stopAll(workerStopGrace) (demo.go:214) gives the
-// workers, stuck in rt.Close on the stopped Redis, the 15s grace. Every
-// error return of d.run after an interrupt took that path. The begin record
-// now ends at the interrupt, and the deferred stopAll gives demoStopGrace.
-func TestDemoCtrlCAtBeginOnStoppedRedis(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	r := runBlackHoled(t, srv, "begin", 500*time.Millisecond, 60*time.Second,
-		"demo", "--workers", "2", "--threads", "2", "--signals", "3", "--kill=false")
-	if r.sinceINT == 0 {
-		t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
-	}
-	if r.code != exitInterrupted {
-		t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
-	}
-	if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
-		t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
+// Found by review (rev6 and revA, 2026-11-27), each 2 of 2 or more:
+//   - MidRun: 24s after the SIGINT (rev6), and here, before the fix, still
+//     running 40s after it: stopAll's 15s deadline fired for the first stuck
+//     worker only, the second was waited for until it exited, and it kept
+//     sending on the stalled server;
+//   - AtBegin: 20.5s (revA): the begin record's XADD ran WithoutCancel for
+//     up to 5s, and its error return skipped the interrupt path, so the
+//     deferred stopAll gave stuck workers the 15s end-of-run grace;
+//   - AtTheEnd: 25.5s (revA): after the loop nothing looked at the
+//     interrupt: the stop record (5s), stopAll's 15s and the final XRange
+//     (10s) ran in full. Each step now ends at the interrupt (addUntil,
+//     stopAll watching it, untilDone).
+func TestDemoCtrlCOnStoppedRedis(t *testing.T) {
+	for _, tc := range []struct{ name, trigger, signals string }{
+		{"MidRun", "demo.step", "20"},
+		{"AtBegin", "begin", "3"},
+		{"AtTheEnd", "why", "3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.Options{})
+			r := runBlackHoled(t, srv, tc.trigger, 500*time.Millisecond, 40*time.Second,
+				"demo", "--workers", "2", "--threads", "2", "--signals", tc.signals, "--kill=false")
+			if r.sinceINT == 0 {
+				t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
+			}
+			if r.code != exitInterrupted {
+				t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+			}
+			if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
+				t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
+			}
+		})
 	}
 }

@@ -118,8 +118,10 @@ func TestCancelThenDeadlineKeepsHealthyQueue(t *testing.T) {
 // did not run)" must have left its key free.
 func TestNotSentLeaseCallsDidNotRun(t *testing.T) {
 	redistest.Require(t)
-	t.Run("refuse", func(t *testing.T) { ffReviewNotSent(t, false) })
-	t.Run("blackhole", func(t *testing.T) { ffReviewNotSent(t, true) })
+	// (The review also ran it with the proxy black-holing instead of
+	// refusing: the holes were lifted before go-redis gave up, so nothing
+	// failed as not sent, and it is left out.)
+	ffReviewNotSent(t, false)
 }
 
 func ffReviewNotSent(t *testing.T, hole bool) {
@@ -166,7 +168,7 @@ func ffReviewNotSent(t *testing.T, hole bool) {
 		kinds   = map[string]int{}
 		seq     int
 	)
-	deadline := time.Now().Add(12 * time.Second)
+	deadline := time.Now().Add(8 * time.Second)
 	for w := range 48 {
 		wg.Add(1)
 		go func() {

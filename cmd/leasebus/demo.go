@@ -235,6 +235,7 @@ func (d *demo) run(cmdCtx context.Context) error {
 	st := newLiveState(c)
 	lastID := "0-0"
 	seq := 0
+	finished := false // the loop ended because every accepted signal ran
 	for ctx.Err() == nil {
 		// On cmdCtx, not ctx: with a client that honours ctx deadlines the
 		// --duration deadline would cut the read, and that read error
@@ -281,11 +282,12 @@ func (d *demo) run(cmdCtx context.Context) error {
 			default:
 			}
 		}
-		if v := d.maybeKill(ctx, st); v != "" {
+		if v := d.maybeKill(cmdCtx, st); v != "" {
 			d.say(v)
 		}
 		if st.finished(c) {
 			d.say(fmt.Sprintf("all %s ran; stopping the workers", plural(len(st.accepted), "accepted signal")))
+			finished = true
 			break
 		}
 		d.progress(st)
@@ -294,7 +296,9 @@ func (d *demo) run(cmdCtx context.Context) error {
 		return d.interrupted(cmdCtx)
 	}
 	why := "done"
-	if ctx.Err() != nil {
+	if !finished {
+		// (Not when the loop ended on finished and --duration passed
+		// meanwhile: the demo did finish.)
 		why = "duration"
 		d.say(fmt.Sprintf("stopped after --duration %v with %d of %d accepted signals run", c.duration, st.ranAccepted(), len(st.accepted)))
 	}
@@ -418,8 +422,10 @@ func (d *demo) pids() string {
 }
 
 // maybeKill SIGKILLs the owner of a run in progress once every worker sent
-// its signals, and records the kill. It returns a line to show, or "".
-func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
+// its signals, and records the kill (until cmdCtx ends: an interrupt must
+// not wait for the record on a Redis that stopped answering,
+// TestDemoCtrlCOnStoppedRedis/AtKill). It returns a line to show, or "".
+func (d *demo) maybeKill(cmdCtx context.Context, st *liveState) string {
 	if !d.c.kill || d.killedWorker != "" || d.c.workers < 2 || !st.started || st.sentAll < d.c.workers {
 		return ""
 	}
@@ -452,7 +458,7 @@ func (d *demo) maybeKill(ctx context.Context, st *liveState) string {
 	<-victim.done
 	d.killedWorker = victim.name
 	rec := &recorder{client: d.client, stream: d.stream, worker: victim.name}
-	_ = rec.add(ctx, recKilled, "pid", fmt.Sprint(victim.cmd.Process.Pid))
+	_ = rec.addUntil(cmdCtx, recKilled, "pid", fmt.Sprint(victim.cmd.Process.Pid))
 	return fmt.Sprintf("SIGKILL %s (pid %d) in the middle of its run on %s (token %d, working on %s)",
 		victim.name, victim.cmd.Process.Pid, best.thread, best.token, strings.Join(best.pending(), " "))
 }
@@ -525,25 +531,35 @@ func (d *demo) readRecords(ctx context.Context, lastID string) ([]redis.XStream,
 }
 
 // cleanup deletes the demo's keys from a Redis the user gave, giving up
-// after 10s, or closeGrace once the demo was interrupted (the keys left
-// behind are the demo's own, under its keyspace).
-func (d *demo) cleanup(ctx context.Context) {
+// after 10s, or closeGrace after an interrupt (cmdCtx ending), also one
+// that comes while it runs (TestDemoCtrlCOnStoppedRedis/AtCleanup); the keys
+// left behind are the demo's own, under its keyspace. (The exit status is
+// decided before: a demo that printed its verdict finished.)
+func (d *demo) cleanup(cmdCtx context.Context) {
 	limit := 10 * time.Second
-	if ctx.Err() != nil {
+	if cmdCtx.Err() != nil {
 		limit = closeGrace
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmdCtx), limit)
 	defer cancel()
-	iter := d.client.Scan(ctx, 0, d.keyspace+":*", 500).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		_ = d.client.Del(ctx, keys[:n]...).Err()
-		keys = keys[n:]
-	}
+	stop := context.AfterFunc(cmdCtx, func() {
+		t := time.AfterFunc(closeGrace, cancel)
+		context.AfterFunc(ctx, func() { t.Stop() })
+	})
+	defer stop()
+	_, _ = untilDone(ctx, func(ctx context.Context) (struct{}, error) {
+		iter := d.client.Scan(ctx, 0, d.keyspace+":*", 500).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), 500)
+			_ = d.client.Del(ctx, keys[:n]...).Err()
+			keys = keys[n:]
+		}
+		return struct{}{}, nil
+	})
 }
 
 // say prints a line of the run's log, above the progress line on a

@@ -133,27 +133,66 @@ func TestDemoGroupCtrlCOnStoppedRedis(t *testing.T) {
 //   - AtTheEnd: 25.5s (revA): after the loop nothing looked at the
 //     interrupt: the stop record (5s), stopAll's 15s and the final XRange
 //     (10s) ran in full. Each step now ends at the interrupt (addUntil,
-//     stopAll watching it, untilDone).
+//     stopAll watching it, untilDone);
+//   - AtKill: 8.5s (revE, 4 of 4): the kill record waited out its 5s;
+//   - AtCleanup: 9.5s (revE, 4 of 4): the key cleanup chose its 10s limit
+//     before the interrupt came and never looked at it.
 func TestDemoCtrlCOnStoppedRedis(t *testing.T) {
-	for _, tc := range []struct{ name, trigger, signals string }{
-		{"MidRun", "demo.step", "20"},
-		{"AtBegin", "begin", "3"},
-		{"AtTheEnd", "why", "3"},
+	for _, tc := range []struct {
+		name, trigger string
+		args          []string
+		code          int
+	}{
+		{"MidRun", "demo.step", []string{"--workers", "2", "--threads", "2", "--signals", "20", "--kill=false"}, exitInterrupted},
+		{"AtBegin", "begin", []string{"--workers", "2", "--threads", "2", "--signals", "3", "--kill=false"}, exitInterrupted},
+		{"AtKill", "killed", []string{"--workers", "3", "--threads", "3", "--signals", "6"}, exitInterrupted},
+		{"AtTheEnd", "why", []string{"--workers", "2", "--threads", "2", "--signals", "3", "--kill=false"}, exitInterrupted},
+		// After the verdict (PASS) was printed, as it deletes its keys:
+		// the demo finished, so it exits 0, promptly.
+		{"AtCleanup", "scan", []string{"--workers", "2", "--threads", "2", "--signals", "3", "--kill=false"}, exitOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t, redistest.Options{})
-			r := runBlackHoled(t, srv, tc.trigger, 500*time.Millisecond, 40*time.Second,
-				"demo", "--workers", "2", "--threads", "2", "--signals", tc.signals, "--kill=false")
+			r := runBlackHoled(t, srv, tc.trigger, 500*time.Millisecond, 40*time.Second, append([]string{"demo"}, tc.args...)...)
 			if r.sinceINT == 0 {
 				t.Fatalf("exited before the SIGINT (exit %d, stderr %q)", r.code, r.stderr)
 			}
-			if r.code != exitInterrupted {
-				t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+			if r.code != tc.code {
+				t.Errorf("exit %d, stderr %q; want %d", r.code, r.stderr, tc.code)
 			}
 			if bound := demoStopGrace + 2*closeGrace + time.Second; r.sinceINT > bound {
 				t.Errorf("leasebus demo exited %v after Ctrl-C; want within %v", r.sinceINT.Round(time.Millisecond), bound)
 			}
 		})
+	}
+}
+
+// TestDemoDurationEndConsistent: demos whose --duration (3.5s) ends near the
+// end of their work, on the embedded server. A demo that says "stopped after
+// --duration" must fail its verdict (the help: "signals not run by then
+// fail the verdict"), and one that says every accepted signal ran must not
+// also say --duration stopped it.
+//
+// Found by review revE (helper 16, 2026-11-27): 3 of 12 said "stopped after
+// --duration 3.5s with 39 of 40 accepted signals run" and then PASS, exit 0
+// (the last signal finished while the workers stopped, and the verdict
+// counted it); 1 of 12 said both (the loop ended on "finished", and the
+// --duration ctx had ended meanwhile).
+func TestDemoDurationEndConsistent(t *testing.T) {
+	for i := range 6 {
+		r := leasebus(t, 60*time.Second, "demo", "--workers", "3", "--threads", "4", "--signals", "10", "--duration", "3500ms")
+		fin := strings.Contains(r.stdout, "accepted signals ran; stopping the workers")
+		cut := strings.Contains(r.stdout, "stopped after --duration")
+		t.Logf("run %d: exit %d, finished %v, cut %v", i+1, r.code, fin, cut)
+		if cut && (r.code != exitFailed || strings.Contains(r.stdout, "PASS")) {
+			t.Errorf("run %d: the demo said --duration stopped it, and exited %d:\n%s", i+1, r.code, r.stdout)
+		}
+		if fin && cut {
+			t.Errorf("run %d: the demo said both that every signal ran and that --duration stopped it:\n%s", i+1, r.stdout)
+		}
+		if fin && r.code != exitOK {
+			t.Errorf("run %d: a demo that finished exited %d:\n%s", i+1, r.code, r.stdout)
+		}
 	}
 }

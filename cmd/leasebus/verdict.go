@@ -93,6 +93,7 @@ type analysis struct {
 	Released      map[string]time.Time  // run id -> when its tenure released the lease (observer "released")
 	Workers       []string              // the workers that reported ready, in stream order
 	SentAll       map[string]bool       // the workers that sent their whole share of the signals
+	StopWhy       string                // why the demo stopped ("done", "duration"; "" without a stop record)
 	LeaseTTL      time.Duration         // the demo's lease TTL
 	Recovery      time.Duration         // the runtimes' recovery interval
 }
@@ -112,6 +113,7 @@ func analyze(recs []record, threads []string, ttl, recovery time.Duration) *anal
 			a.Begin = r.At
 		case recStop:
 			a.Finish = r.At
+			a.StopWhy = r.Get("why")
 		}
 	}
 	byID := map[string]*demoRun{}
@@ -406,6 +408,12 @@ func (a *analysis) checkEverySignal() check {
 		if !a.SentAll[w] {
 			c.Failures = append(c.Failures, fmt.Sprintf("%s did not send all its signals before the demo stopped", w))
 		}
+	}
+	// "Signals not run by then fail the verdict": --duration stopped the
+	// demo before it saw every accepted signal run (one that finished
+	// while the workers stopped ran after the bound).
+	if a.StopWhy == "duration" {
+		c.Failures = append(c.Failures, "the demo was stopped by --duration before every accepted signal had run")
 	}
 	if len(a.Sent) == 0 {
 		c.Failures = append(c.Failures, "no signal was accepted")

@@ -202,6 +202,18 @@ func TestVerdictCatches(t *testing.T) {
 			check: "every signal ran", want: "w2 did not send all its signals before the demo stopped",
 		},
 		{
+			// --duration stopped the demo before it saw every signal run;
+			// the last finished while the workers stopped (review revE:
+			// 3 of 12 such demos printed PASS and exited 0).
+			name: "stopped by --duration",
+			evs: edit(story(), func(e *ev) {
+				if e.kind == recStop {
+					e.kv = []string{"why", "duration"}
+				}
+			}),
+			check: "every signal ran", want: "stopped by --duration before every accepted signal had run",
+		},
+		{
 			name:  "signal never given",
 			evs:   without(story(), func(e ev) bool { return run(e) == "r3" || run(e) == "r2" }),
 			check: "every signal ran", want: "thread-1/s3 of thread-1 (accepted by w2, forwarded) was never given to a run",

@@ -250,10 +250,6 @@ type Backend struct {
 	// ctx's end (awaitSend): Shutdown waits for them.
 	late  lateGroup
 	hints scriptHints // lease.go: lease scripts seen cached
-	// sharded: the client spreads keys over nodes (Cluster, Ring), so a
-	// batch that failed on one node's part says nothing of the calls for
-	// other nodes (failScope).
-	sharded bool
 }
 
 var (
@@ -357,10 +353,6 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 	}
 	b := &Backend{client: client, ownClient: own, opts: o, keys: space,
 		consumer: o.Consumer + "-" + uuid.NewString()[:8]}
-	switch client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		b.sharded = true
-	}
 	b.bus.init(b)
 	return b, nil
 }

@@ -184,10 +184,10 @@ func (s *streamBus) send(ctx context.Context, r *pubReq) {
 // honours ctx deadlines reads only until then; a cancel does not cut a
 // read short, so a cancelled ctx's timeout is the server's): they were not sent,
 // and would each wait for the same timeouts in turn, one batch after
-// another (TestQueuedPublishesFailWithTheBatchBefore: 160 publishes on a
-// stopped server returned after 45s with go-redis's defaults, now after
-// the one batch's 10s). Their callers get an error saying so: the event was
-// not stored, and may be published again.
+// another (TestQueuedPublishesFailWithTheBatchBefore: the last of 160
+// publishes on a stopped server returned after 45s with go-redis's
+// defaults, now after 5.0s). Their callers get an error saying so: the
+// event was not stored, and may be published again.
 func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return // the sender's deadline may be what timed out
@@ -227,51 +227,46 @@ func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
 // their hash tags (their shards), on any other client everything. The calls
 // queued in that scope fail with the batch (TestClusterStalledMasterSparesOtherNodes:
 // with the whole queue failed, calls for healthy masters failed as "not
-// sent"; by node, they are spared, and the calls for the stopped master do
-// not hold up the batches they would join).
+// sent"; by node, they are spared).
 type failScope map[string]struct{}
 
-// where returns the scope key of key: its master's address on a Cluster
-// ("" when the client's map of slots cannot tell, which matches nothing),
-// its hash tag on a Ring, "" on any other client (where has ignores it).
-// MasterForKey reads the client's map of slots, already loaded for the
-// batch that failed: it sends nothing.
-func (b *Backend) where(key string) string {
+// where returns the scope key of key and whether the client is sharded:
+// its master's address on a Cluster ("" when the client's map of slots
+// cannot tell, which matches nothing), its hash tag on a Ring; on any other
+// client, not sharded. MasterForKey reads the client's map of slots,
+// already loaded for the batch that failed: it sends nothing.
+func (b *Backend) where(key string) (string, bool) {
 	switch c := b.client.(type) {
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(context.Background(), key)
 		if err != nil {
-			return ""
+			return "", true
 		}
-		return node.Options().Addr
+		return node.Options().Addr, true
 	case *redis.Ring:
-		return keys.HashTag(key)
+		return keys.HashTag(key), true
 	}
-	return ""
+	return "", false
 }
 
 func (f *failScope) add(b *Backend, key string) {
-	if !b.sharded {
+	w, sharded := b.where(key)
+	if !sharded || w == "" {
 		return
 	}
 	if *f == nil {
 		*f = failScope{}
 	}
-	if w := b.where(key); w != "" {
-		(*f)[w] = struct{}{}
-	}
+	(*f)[w] = struct{}{}
 }
 
 func (f failScope) has(b *Backend, key string) bool {
-	if !b.sharded {
+	w, sharded := b.where(key)
+	if !sharded {
 		return true
 	}
-	w := b.where(key)
-	if w == "" {
-		return false
-	}
 	_, ok := f[w]
-	return ok
+	return ok && w != ""
 }
 
 // sendBatch writes a batch that queued behind a leader. The writes are not

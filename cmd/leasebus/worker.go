@@ -173,20 +173,14 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	// The demo's stop is stdin closing: it also ends the sending, so that a
 	// stop (the demo's end or Ctrl-C) does not wait for the rest of this
 	// worker's share of the signals.
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
 	stopped := make(chan struct{})
 	go func() {
 		for in.Scan() {
 		}
+		stopSending()
 		close(stopped)
-	}()
-	sendCtx, stopSending := context.WithCancel(ctx)
-	defer stopSending()
-	go func() {
-		select {
-		case <-stopped:
-			stopSending()
-		case <-sendCtx.Done():
-		}
 	}()
 	if c.fault == "double-run" && c.index == 0 {
 		go doubleRun(ctx, b, rec, c)

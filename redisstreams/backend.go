@@ -245,7 +245,7 @@ type Backend struct {
 
 	bus streamBus // pubsub.go
 
-	leaseQ combiner[*leaseCall] // lease.go: coalesces concurrent lease scripts
+	leaseQ lanes[*leaseCall] // lease.go: coalesces concurrent lease scripts
 	// late counts the sends that go on after their call returned at its
 	// ctx's end (awaitSend): Shutdown waits for them.
 	late  lateGroup
@@ -408,6 +408,7 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 			err = errors.Join(err, b.client.Close())
 		}
 		b.late.wait()
+		b.leaseQ.wait() // batches of lease scripts whose callers gave up waiting
 		<-stragglers
 		return err
 	})

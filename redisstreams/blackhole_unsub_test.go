@@ -37,7 +37,7 @@ func TestUnsubscribeOnBlackHoleWaitsForNoRead(t *testing.T) {
 		}
 		subs = append(subs, s)
 	}
-	q := &b.bus.readQ
+	q := &b.bus.readQ.one // a standalone client: one lane
 	state := func() (int, int) { q.mu.Lock(); defer q.mu.Unlock(); return q.active, len(q.queue) }
 	waitFor := func(active, queued int) {
 		deadline := time.Now().Add(5 * time.Second)

@@ -245,3 +245,71 @@ func (l *lateGroup) wait() {
 		l.idle.Wait()
 	}
 }
+
+// lanes is a set of combiners, one per lane. On a Cluster client a lane is
+// a master (laneOf): batches never span masters, so a master that stops
+// answering holds up only the calls for its own keys, and calls for the
+// others go on in their own batches (TestClusterStalledMasterSparesOtherNodes).
+// On any other client there is one lane, the zero one.
+//
+// A lane lives as long as the Backend: there is one per master address the
+// client routed a call to, at most maxLanes; the calls for masters beyond
+// those (a cluster whose masters were replaced many times over) share the
+// zero lane, as on a client that is not sharded. The zero value is ready.
+type lanes[T member[T]] struct {
+	one combiner[T] // the zero lane
+	mu  sync.RWMutex
+	by  map[string]*combiner[T]
+}
+
+// maxLanes bounds the lanes of a lanes beside its zero lane.
+const maxLanes = 64
+
+// lane returns the combiner of the lane named name ("" is the zero lane).
+func (l *lanes[T]) lane(name string) *combiner[T] {
+	if name == "" {
+		return &l.one
+	}
+	l.mu.RLock()
+	c := l.by[name]
+	l.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c = l.by[name]; c != nil {
+		return c
+	}
+	if len(l.by) >= maxLanes {
+		return &l.one
+	}
+	if l.by == nil {
+		l.by = make(map[string]*combiner[T])
+	}
+	c = &combiner[T]{}
+	l.by[name] = c
+	return c
+}
+
+// count returns the number of lanes made beside the zero lane.
+func (l *lanes[T]) count() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.by)
+}
+
+// wait returns when no leader started for a caller that gave up is running
+// in any lane (combiner.wait).
+func (l *lanes[T]) wait() {
+	l.one.wait()
+	l.mu.RLock()
+	all := make([]*combiner[T], 0, len(l.by))
+	for _, c := range l.by {
+		all = append(all, c)
+	}
+	l.mu.RUnlock()
+	for _, c := range all {
+		c.wait()
+	}
+}

@@ -194,10 +194,25 @@
 // Cluster client only the calls for the failed keys' masters fail with a
 // batch, on a Ring only those for their hash tags
 // (TestClusterStalledMasterSparesOtherNodes). A call so failed was not sent,
-// so it did not run (TestNotSentLeaseCallsDidNotRun). On a Cluster, a call
-// for a healthy master in the same batch as one for a master that stopped
-// answering still waits for that batch: go-redis answers a pipeline when
-// every node's part is done.
+// so it did not run (TestNotSentLeaseCallsDidNotRun).
+//
+// On a Cluster client, concurrent calls are batched per master: the
+// single-lease calls, publishes and group reads of the keys of one master
+// go in batches of their own, one set of batches in flight per master. A
+// master that stops answering holds up only the calls for its own keys;
+// those for the other masters go on at their usual speed
+// (TestClusterStalledMasterSparesOtherNodes: with one master of three
+// SIGSTOPped on a default ClusterClient, 160,000-210,000 calls for the
+// healthy masters completed in the first 4s, none slower than 9ms; before,
+// when a batch spanned masters and go-redis answered it only once every
+// node's part was done, 24-25 completed and the slowest took 40-45s; and
+// in the signals runtime TestClusterStalledMasterSparesHealthyThreads:
+// Sends to threads on healthy masters returned within 7ms and ran within
+// 8ms). A call whose keys are on several masters (a PublishBatch across
+// topics) waits for each of them. The Backend keeps one set of batches per
+// master address its client has sent to, for its life, at most 64; calls
+// for masters beyond those share one. On a Ring, batches still span
+// shards.
 //
 // go-redis retries a command that timed out or lost its connection
 // (MaxRetries). Group reads are the exception: a read that runs after its

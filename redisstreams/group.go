@@ -776,7 +776,7 @@ func (g *groupSub) readLoop() {
 			res  []redis.XStream
 			tail string // the stream's last entry as the read saw it ("tail")
 		)
-		err := g.s.runReads(g.ctx, pipe.Cmds())
+		err := g.s.runReads(g.ctx, g.key, pipe.Cmds())
 		sent := err == nil
 		if sent {
 			res, tail, err = readReply(read, g.cfg.ReadOnDemand)

@@ -151,7 +151,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
-	q := &b.leaseQ
+	q := b.leaseQ.lane(b.laneOf(c.key))
 	if q.join(c, leaseMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 			b.sendLead(ctx, c)
@@ -165,7 +165,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		if b.awaitSend(ctx, done, func() {
 			b.sendLead(ctx, c)
 			close(done)
-			b.sendQueued()
+			b.sendQueued(q)
 		}) {
 			return c.cmd
 		}
@@ -197,7 +197,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 			b.sendLeaseBatch(batch)
 			q.answered(batch, c)
 			close(done)
-			b.sendQueued()
+			b.sendQueued(q)
 		}) {
 			return mayHaveRun(ctx)
 		}
@@ -206,12 +206,11 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 }
 
 // sendQueued is the rest of the turn of a leader that sends from a goroutine
-// of its own (runLease on a ctx that can end): while calls are queued it
-// sends them in batches and answers them, then frees the slot. A caller
-// never waits on it to lead, so each such turn costs one goroutine however
-// many batches it sends.
-func (b *Backend) sendQueued() {
-	q := &b.leaseQ
+// of its own (runLease on a ctx that can end): while calls are queued in
+// its lane q it sends them in batches and answers them, then frees the
+// slot. A caller never waits on it to lead, so each such turn costs one
+// goroutine however many batches it sends.
+func (b *Backend) sendQueued(q *combiner[*leaseCall]) {
 	for batch := q.next(leaseMaxBatch); batch != nil; batch = q.next(leaseMaxBatch) {
 		b.sendLeaseBatch(batch)
 		q.answered(batch, nil)
@@ -341,7 +340,7 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 	if cause == nil {
 		return
 	}
-	b.leaseQ.failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
+	b.leaseQ.lane(b.laneOf(batch[0].key)).failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
 		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run): the call before it failed: %w", cause))
 	})
 }

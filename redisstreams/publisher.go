@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,19 @@ func (r *pubReq) unit() []*pubReq {
 	return append([]*pubReq{r}, r.then...)
 }
 
+// keys returns the streams of r and of the requests it carries.
+func (r *pubReq) keys() []string {
+	if len(r.then) == 0 {
+		return []string{r.key}
+	}
+	ks := make([]string, 0, 1+len(r.then))
+	ks = append(ks, r.key)
+	for _, x := range r.then {
+		ks = append(ks, x.key)
+	}
+	return ks
+}
+
 // firstErr returns the first error among r and the requests it carries
 // (naming its place when r carries more). Only once they were answered.
 func (r *pubReq) firstErr() error {
@@ -87,7 +101,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 		return err
 	}
 	s.start()
-	q, bs := &s.pubQ, s.b.opts.BatchSize
+	q, bs := s.pubQ.lane(s.b.laneOfReq(r)), s.b.opts.BatchSize
 	if q.join(r, pubMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 			s.send(ctx, r)
@@ -104,7 +118,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 		if s.b.awaitSend(ctx, done, func() {
 			s.send(ctx, r)
 			close(done)
-			s.sendQueued()
+			s.sendQueued(q)
 		}) {
 			return r.firstErr()
 		}
@@ -130,7 +144,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 			s.sendBatch(batch)
 			q.answered(batch, r)
 			close(done)
-			s.sendQueued()
+			s.sendQueued(q)
 		}) {
 			return s.mayBeStored(ctx, r)
 		}
@@ -146,9 +160,10 @@ func (s *streamBus) mayBeStored(ctx context.Context, r *pubReq) error {
 
 // sendQueued is the rest of the turn of a leader that sends from a goroutine
 // of its own (publishUnit on a ctx that can end): while publishes are
-// queued it sends them in batches and answers them, then frees the slot.
-func (s *streamBus) sendQueued() {
-	q, bs := &s.pubQ, s.b.opts.BatchSize
+// queued in its lane q it sends them in batches and answers them, then
+// frees the slot.
+func (s *streamBus) sendQueued(q *combiner[*pubReq]) {
+	bs := s.b.opts.BatchSize
 	for batch := q.next(bs); batch != nil; batch = q.next(bs) {
 		s.sendBatch(batch)
 		q.answered(batch, nil)
@@ -207,7 +222,7 @@ func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
 	if cause == nil {
 		return
 	}
-	s.pubQ.failQueued(func(r *pubReq) bool {
+	s.pubQ.lane(s.b.laneOfReq(batch[0])).failQueued(func(r *pubReq) bool {
 		for _, x := range r.unit() {
 			if scope.has(s.b, x.key) {
 				return true
@@ -233,20 +248,74 @@ type failScope map[string]struct{}
 // where returns the scope key of key and whether the client is sharded:
 // its master's address on a Cluster ("" when the client's map of slots
 // cannot tell, which matches nothing), its hash tag on a Ring; on any other
-// client, not sharded. MasterForKey reads the client's map of slots,
-// already loaded for the batch that failed: it sends nothing.
+// client, not sharded.
 func (b *Backend) where(key string) (string, bool) {
-	switch c := b.client.(type) {
+	switch b.client.(type) {
 	case *redis.ClusterClient:
-		node, err := c.MasterForKey(context.Background(), key)
-		if err != nil {
-			return "", true
-		}
-		return node.Options().Addr, true
+		return b.masterOf(key), true
 	case *redis.Ring:
 		return keys.HashTag(key), true
 	}
 	return "", false
+}
+
+// masterOf returns the address of key's master as the Cluster client's map
+// of slots has it, or "" when the client is not a Cluster client or has no
+// map yet. It never sends anything: MasterForKey reads the loaded map, and
+// on a client with none it tries to load one on noWait, which fails at
+// once, rather than on a server that may not answer.
+func (b *Backend) masterOf(key string) string {
+	c, ok := b.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := c.MasterForKey(noWait, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// laneOfReq returns the lane of r and the requests it carries (laneOf).
+func (b *Backend) laneOfReq(r *pubReq) string {
+	if _, ok := b.client.(*redis.ClusterClient); !ok {
+		return "" // (without building the list of keys)
+	}
+	return b.laneOf(r.keys()...)
+}
+
+// noWait is a context that has ended: a call on it sends nothing.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// laneOf returns the lane (see lanes) of a call for the keys ks: on a
+// Cluster client their master's address, or their masters' addresses
+// joined when they are on several (such a call waits for all of them
+// anyway); "" (the zero lane) on any other client and when the client's
+// map of slots cannot tell.
+func (b *Backend) laneOf(ks ...string) string {
+	if _, ok := b.client.(*redis.ClusterClient); !ok || len(ks) == 0 {
+		return ""
+	}
+	lane := b.masterOf(ks[0])
+	if lane == "" {
+		return ""
+	}
+	for _, k := range ks[1:] {
+		m := b.masterOf(k)
+		if m == "" {
+			return ""
+		}
+		if m != lane && !slices.Contains(strings.Split(lane, " "), m) {
+			parts := append(strings.Split(lane, " "), m)
+			slices.Sort(parts)
+			lane = strings.Join(parts, " ")
+		}
+	}
+	return lane
 }
 
 func (f *failScope) add(b *Backend, key string) {

@@ -27,8 +27,8 @@ type streamBus struct {
 	ctx       context.Context // ends when close stops the readers
 	cancel    context.CancelFunc
 
-	pubQ  combiner[*pubReq]  // publisher.go: coalesces concurrent publishes
-	readQ combiner[*readReq] // reads.go: coalesces group subscriptions' reads
+	pubQ  lanes[*pubReq]  // publisher.go: coalesces concurrent publishes
+	readQ lanes[*readReq] // reads.go: coalesces group subscriptions' reads
 
 	// trimCached: trim.lua was last seen cached on the server, so the
 	// publish pipeline sends it as EVALSHA; otherwise as EVAL, which caches

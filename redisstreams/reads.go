@@ -82,9 +82,12 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // (recoverLost); a stopping one's cleanup keeps the consumer for them
 // (delete_consumer.lua checks and deletes in one step) until a claim moves
 // them.
-func (s *streamBus) runReads(ctx context.Context, cmds []redis.Cmder) error {
+//
+// key is the stream read: on a Cluster the read is batched with the reads
+// of streams on the same master (lanes).
+func (s *streamBus) runReads(ctx context.Context, key string, cmds []redis.Cmder) error {
 	r := &readReq{cmds: cmds, done: make(chan struct{})}
-	q := &s.readQ
+	q := s.readQ.lane(s.b.laneOf(key))
 	if q.join(r, readMaxActive) {
 		s.sendReads(ctx, []*readReq{r})
 		q.finish(readMaxBatch)

@@ -129,7 +129,7 @@ func stoppedReadSetup(t *testing.T) (b *Backend, c *redis.Client, h *gateHook, s
 	}
 	t.Cleanup(func() { subC.Unsubscribe(context.Background()) })
 	consumerA = subA.(*groupSub).consumer
-	q := &b.bus.readQ
+	q := &b.bus.readQ.one // a standalone client: one lane
 	waitQ := func(n int) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {

@@ -96,7 +96,7 @@ func TestUnsubscribeDuringCoalescedRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer subC.Unsubscribe(ctx)
-	q := &b.bus.readQ
+	q := &b.bus.readQ.one // a standalone client: one lane
 	idle := func() bool { q.mu.Lock(); defer q.mu.Unlock(); return q.active == 0 && len(q.queue) == 0 }
 	queued := func(n int) {
 		deadline := time.Now().Add(5 * time.Second)

@@ -276,6 +276,14 @@ func runOf(owner string) string {
 // before the publish returned: Send then kicks it, also when the publish
 // failed after storing the signal.
 //
+// Send returns when ctx ends, also on a server that stopped answering
+// (TestSendReturnsAtCtxEndOnStalledServer: 0.3s with a 300ms ctx on a
+// SIGSTOPped redis-server and a NewURL client; 10s before). An acquire it
+// left behind may still take the thread's lease when the server answers
+// again; the runtime then finds out and starts the tenure, which reads the
+// inbox and releases the thread when nothing waits, so no thread stays
+// leased to a run that never starts.
+//
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
 // Any other error means the signal may or may not run: retry with the same
 // signal ID, which is run once.
@@ -311,6 +319,10 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// Runs after the kick below, and also if the publish panics:
 		// the tenure may end for want of deliveries from then on.
 		defer s.sending.Add(-1)
+	}
+	if werr != nil && !errors.Is(werr, ErrClosed) && ctx.Err() != nil {
+		// ctx ended during the acquire: nothing was published.
+		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: not stored (retry it): %w", sig.ID, thread, werr)
 	}
 	// The notice's ID names this copy of the signal: the kicks of its
 	// news (this Send, the fan-out watch, the handler) are marked by it.
@@ -433,7 +445,23 @@ func (rt *Runtime) closingNow() bool {
 // signal is reported Delivered to a tenure that stopped reading. (One that
 // decides to end right after it was returned leaves the signal to the
 // signal's wake notice, whose handler acts the moment the tenure ended.)
+//
+// A Send's acquire (not recovery) ends with ctx, so that Send returns when
+// its ctx ends, also on a server that stopped answering. Whenever an
+// acquire fails in a way that leaves its outcome unknown (ctx ended after
+// it was sent, a timeout, a broken connection: the server may have run it,
+// or may still), settleAcquire finds out in the background whether it took
+// the lease, and if so starts the tenure it was for: no thread is left
+// leased to a run that never starts.
 func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder holderInfo, err error) {
+	return rt.wakeAs(ctx, thread, recovery, "", "")
+}
+
+// wakeAs is wake. With runID and owner set (settleAcquire) it tries the
+// lease for that owner, a run an earlier acquire was for, and leaves an
+// unknown outcome to its caller; otherwise for a new run.
+func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, runID, owner string) (s *session, created bool, holder holderInfo, err error) {
+	settling := owner != ""
 	for {
 		rt.mu.Lock()
 		s = rt.sessions[thread]
@@ -469,15 +497,23 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 	rt.wg.Add(1)
 	rt.mu.Unlock()
 
-	runID, owner := rt.newRun()
-	// The acquire is not cut short by the caller's ctx (a Send that gives
-	// up mid-acquire would leave the thread leased to a run that never
-	// starts, until the TTL), but by Close giving up (hardCtx): Close
-	// waits for this session (rt.wg), and an acquire in flight to a server
-	// that stopped answering would hold it for go-redis's timeouts and
-	// retries (TestCloseOnStalledServerUnderAcquireLoad). A lease won that
-	// way expires after its TTL, as Close's doc says.
-	kctx, kcancel := context.WithCancel(context.WithoutCancel(ctx))
+	if !settling {
+		runID, owner = rt.newRun()
+	}
+	// A Send's acquire ends with its ctx (TestSendReturnsAtCtxEndOnStalledServer:
+	// 10s with a 300ms ctx before), a recovery's (a notice handler's, the
+	// lapse watch's) only with Close giving up; both with Close giving up
+	// (hardCtx): Close waits for this session (rt.wg), and an acquire in
+	// flight to a server that stopped answering would hold it for
+	// go-redis's timeouts and retries (TestCloseOnStalledServerUnderAcquireLoad).
+	// An acquire cut short may still have taken the lease: settleAcquire
+	// below finds out. (When Close began meanwhile, a lease won that way
+	// expires after its TTL, as Close's doc says.)
+	base := ctx
+	if recovery {
+		base = context.WithoutCancel(ctx)
+	}
+	kctx, kcancel := context.WithCancel(base)
 	stop := context.AfterFunc(rt.hardCtx, kcancel)
 	held, err := rt.keeper.Keep(kctx, LeaseKey(thread), owner, rt.cfg.ttl)
 	stop()
@@ -497,6 +533,9 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 		rt.mu.Unlock()
 		close(s.ready)
 		close(s.ended)
+		if s.err != nil && !settling && outcomeUnknown(s.err) {
+			rt.settleAcquire(thread, runID, owner) // (before wg.Done: Close waits for it)
+		}
 		rt.wg.Done()
 		return nil, false, s.holder, s.err
 	}
@@ -512,6 +551,59 @@ func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *s
 	rt.emit(Event{Kind: kind, Thread: thread, RunID: runID, Owner: owner, Token: held.Token()})
 	go s.loop()
 	return s, true, holderInfo{}, nil
+}
+
+// outcomeUnknown reports whether an acquire that failed with err may have
+// taken the lease all the same: any error but bad input, a closed
+// provider, a revoked tenure or a lease held by another owner.
+func outcomeUnknown(err error) bool {
+	var re *lease.RevokedError
+	return !errors.Is(err, lease.ErrInvalid) && !errors.Is(err, lease.ErrClosed) && !errors.As(err, &re)
+}
+
+// settleAcquire finds out whether an acquire of thread's lease for owner
+// (run runID) whose outcome is unknown took it: a server that stopped
+// answering may run it when it answers again, after its caller gave up.
+// It tries the lease again for the same owner, which a lease that owner
+// holds grants (keeping its token), after 50ms and then with a backoff up
+// to the recovery interval, until that settles it: the lease granted (a
+// Recovered tenure starts and reads the inbox, and releases the thread
+// when nothing waits), held by another owner (the first acquire did not
+// take it, or lost it since), or a local tenure of the thread. It gives up
+// after a lease TTL (a lease the first acquire took has expired by then)
+// and when Close begins (as for any lease won while Close runs, one taken
+// that way expires after its TTL). Close waits for it (rt.wg). Without it
+// such a thread stayed leased to a run that never started for a whole TTL,
+// and the signals sent to it meanwhile waited as long
+// (TestSendReturnsAtCtxEndOnStalledServer).
+func (rt *Runtime) settleAcquire(thread, runID, owner string) {
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		giveUp := time.Now().Add(rt.cfg.ttl)
+		bo := backoff.Backoff{Policy: backoff.Policy{Min: 50 * time.Millisecond, Max: rt.cfg.recovery}}
+		for time.Now().Before(giveUp) {
+			t := time.NewTimer(bo.Next())
+			select {
+			case <-t.C:
+			case <-rt.closing:
+				t.Stop()
+				return
+			}
+			ctx, cancel := context.WithDeadline(rt.hardCtx, giveUp)
+			s, _, _, err := rt.wakeAs(ctx, thread, true, runID, owner)
+			cancel()
+			switch {
+			case err == nil:
+				if s != nil {
+					s.kick()
+				}
+				return
+			case !outcomeUnknown(err) || errors.Is(err, ErrClosed):
+				return
+			}
+		}
+	}()
 }
 
 func (rt *Runtime) removeSession(s *session) {

@@ -211,8 +211,9 @@
 // 8ms). A call whose keys are on several masters (a PublishBatch across
 // topics) waits for each of them. The Backend keeps one set of batches per
 // master address its client has sent to, for its life, at most 64; calls
-// for masters beyond those share one. On a Ring, batches still span
-// shards.
+// for masters beyond those share one, as do the calls a Cluster client
+// makes before it has loaded its map of slots (its first calls). On a
+// Ring, batches still span shards.
 //
 // go-redis retries a command that timed out or lost its connection
 // (MaxRetries). Group reads are the exception: a read that runs after its

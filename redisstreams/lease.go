@@ -119,7 +119,8 @@ type leaseCall struct {
 	t      turn[*leaseCall]
 	script *luaScript
 	cmd    *redis.Cmd
-	key    string // KEYS[1] (failScope)
+	key    string                // KEYS[1] (failScope)
+	lane   *combiner[*leaseCall] // the lane it joined (failLeaseQueueAfter)
 }
 
 func (c *leaseCall) turn() *turn[*leaseCall] { return &c.t }
@@ -152,6 +153,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
 	q := b.leaseQ.lane(b.laneOf(c.key))
+	c.lane = q
 	if q.join(c, leaseMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 			b.sendLead(ctx, c)
@@ -340,7 +342,12 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 	if cause == nil {
 		return
 	}
-	b.leaseQ.lane(b.laneOf(batch[0].key)).failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
+	// The lane the batch was taken from (see failQueuedAfter).
+	q := batch[0].lane
+	if q == nil {
+		return
+	}
+	q.failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
 		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run): the call before it failed: %w", cause))
 	})
 }

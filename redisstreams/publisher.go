@@ -31,6 +31,7 @@ const pubMaxActive = 1
 // pubReq is one XADD to send; its sender sets err.
 type pubReq struct {
 	t      turn[*pubReq]
+	lane   *combiner[*pubReq] // the lane it joined (failQueuedAfter)
 	key    string
 	fields []string
 	group  string // create this group first, at "$", if missing (PublishFor)
@@ -102,6 +103,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 	}
 	s.start()
 	q, bs := s.pubQ.lane(s.b.laneOfReq(r)), s.b.opts.BatchSize
+	r.lane = q
 	if q.join(r, pubMaxActive) {
 		if ctx.Done() == nil { // ctx cannot end: no goroutine needed
 			s.send(ctx, r)
@@ -222,7 +224,14 @@ func (s *streamBus) failQueuedAfter(ctx context.Context, batch []*pubReq) {
 	if cause == nil {
 		return
 	}
-	s.pubQ.lane(s.b.laneOfReq(batch[0])).failQueued(func(r *pubReq) bool {
+	// The lane the batch was taken from: the one its requests joined (not
+	// the lane their keys have now: the client's map of slots may have
+	// been loaded, or have changed, since; TestFreshClusterClientQueuedFailFast).
+	q := batch[0].lane
+	if q == nil {
+		return
+	}
+	q.failQueued(func(r *pubReq) bool {
 		for _, x := range r.unit() {
 			if scope.has(s.b, x.key) {
 				return true

@@ -14,7 +14,8 @@
 //   - Send returns once the signal is stored: from then on it runs, once,
 //     as long as some runtime stays alive, even if the sending process exits
 //     at once. Retry a failed Send with the same Signal.ID; within the dedupe
-//     window a duplicate ID is not run again.
+//     window a duplicate ID is not run again. Send returns when its ctx
+//     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).
 //   - One run at a time per thread, in send order. A run gets its first
 //     signal in Run.Signals; [Run.Next] declares every signal the run has
 //     taken so far done (recorded in the thread's done record and acked; it
@@ -33,6 +34,10 @@
 //     pool (redisstreams.NewURL) is enough: TestThousandActiveThreadsDefaultPool
 //     runs 1,000 threads active at once on it with no pool timeout and no
 //     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md).
+//   - On a Redis Cluster, a master that stops answering holds up the threads
+//     whose keys it holds, and every Send when it holds the work topic; the
+//     other threads go on (redisstreams batches calls per master:
+//     TestClusterStalledMasterSparesHealthyThreads).
 //   - Cost and speed: Send is two Redis round trips (one when this process
 //     holds the thread). A forwarded signal reaches its owner's run about
 //     0.6-0.7ms after Send began when one is in flight (p99 1.5-3ms). At half

@@ -515,7 +515,13 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 	}
 	kctx, kcancel := context.WithCancel(base)
 	stop := context.AfterFunc(rt.hardCtx, kcancel)
-	held, err := rt.keeper.Keep(kctx, LeaseKey(thread), owner, rt.cfg.ttl)
+	var held *lease.Held
+	sentNothing := kctx.Err() != nil // (then the outcome is known: not taken)
+	if sentNothing {
+		err = kctx.Err()
+	} else {
+		held, err = rt.keeper.Keep(kctx, LeaseKey(thread), owner, rt.cfg.ttl)
+	}
 	stop()
 	kcancel()
 	if err != nil {
@@ -533,7 +539,7 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		rt.mu.Unlock()
 		close(s.ready)
 		close(s.ended)
-		if s.err != nil && !settling && outcomeUnknown(s.err) {
+		if s.err != nil && !settling && !sentNothing && outcomeUnknown(s.err) {
 			rt.settleAcquire(thread, runID, owner) // (before wg.Done: Close waits for it)
 		}
 		rt.wg.Done()

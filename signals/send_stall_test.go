@@ -164,3 +164,43 @@ func TestSendReturnsAtCtxEndOnStalledServer(t *testing.T) {
 		}
 	}
 }
+
+// TestSendOnEndedCtxLeavesNothing: a Send whose ctx has already ended
+// sends nothing and leaves nothing behind: it fails, and no tenure starts
+// (an acquire never sent has a known outcome, so nothing settles it).
+func TestSendOnEndedCtxLeavesNothing(t *testing.T) {
+	srv, _ := startRedis(t)
+	ctx := context.Background()
+	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "sendended"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var (
+		mu     sync.Mutex
+		events []signals.Event
+	)
+	rt, err := signals.New(b, func(context.Context, *signals.Run) error { return nil },
+		signals.WithObserver(func(e signals.Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := rt.Send(cctx, "ended", signals.Signal{ID: "e1", Type: "t"}); err == nil {
+		t.Fatal("Send on an ended ctx returned nil")
+	}
+	time.Sleep(500 * time.Millisecond) // a settle would try after 50ms
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range events {
+		if e.Thread == "ended" {
+			t.Errorf("a Send on an ended ctx left an event behind: %+v", e)
+		}
+	}
+}

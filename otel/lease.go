@@ -3,6 +3,7 @@ package leasebusotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -30,7 +31,9 @@ const (
 // Wrap returns backend with traces and metrics (see the package doc). The
 // result implements pubsub.PubSub and, exactly when backend does, the
 // five lease.Provider methods (so lease.ProviderOf and signals.New find the
-// capability, and use the instrumented calls), lease.Inspector,
+// capability, and use the instrumented calls) with
+// lease.TokenTransferer (see leases.TransferLeaseToken: on a provider
+// without it, by TransferLease and AcquireLease), lease.Inspector,
 // lease.BatchRenewer and signals.CrossProcessReporter. Other methods of the
 // backend are reached through the result's Unwrap() pubsub.PubSub method.
 // Wrap does not take over the backend: closing the result closes it.
@@ -74,7 +77,8 @@ func (in *Instrumentation) Wrap(backend pubsub.PubSub) pubsub.PubSub {
 }
 
 // WrapProvider returns p with a span and metrics per lease call. The result
-// implements lease.Inspector and lease.BatchRenewer exactly when p does. A
+// implements lease.TokenTransferer (as Wrap's does), and lease.Inspector
+// and lease.BatchRenewer exactly when p does. A
 // nil p gives a Provider whose every call returns an error wrapping
 // ErrInvalid.
 func (in *Instrumentation) WrapProvider(p lease.Provider) lease.Provider {
@@ -253,6 +257,57 @@ func (l *leases) TransferLease(ctx context.Context, key, from, to string, ttl ti
 	l.in.m.transfers.Add(ctx, 1, metric.WithAttributes(attrResult.String(result)))
 	end(span, err, attrResult.String(result))
 	return ok, err
+}
+
+// TransferLeaseToken transfers through the wrapped provider in a span
+// "lease transfer", as TransferLease does, and returns the new owner's
+// fencing token (lease.TokenTransferer): in one call when the provider is
+// a lease.TokenTransferer itself (so a lease.Held's hand-off, which the
+// signals runtime makes at every run with signals queued behind it, costs
+// one script through the wrapper as on the bare backend; before the
+// wrapper had this method it cost a transfer and an acquire), otherwise by
+// TransferLease and then AcquireLease by toOwner, which re-acquires the
+// tenure just transferred and reports its token, as lease.Keeper does for
+// such a provider. It returns 0 and nil when the transfer was refused,
+// and an error wrapping lease.ErrNotHeld when the lease was lost between
+// the two calls of the second way.
+func (l *leases) TransferLeaseToken(ctx context.Context, key, from, to string, ttl time.Duration) (uint64, error) {
+	ctx, span := l.start(ctx, "transfer", key, from, ttl)
+	span.SetAttributes(attrLeaseTo.String(to))
+	var (
+		tok uint64
+		err error
+	)
+	if tt, ok := l.inner.(lease.TokenTransferer); ok {
+		tok, err = tt.TransferLeaseToken(ctx, key, from, to, ttl)
+	} else {
+		var ok bool
+		ok, err = l.inner.TransferLease(ctx, key, from, to, ttl)
+		if err == nil && ok {
+			var r lease.Result
+			r, err = l.inner.AcquireLease(ctx, key, to, ttl)
+			switch {
+			case err != nil:
+				err = fmt.Errorf("leasebusotel: %q transferred to %s, but reading its token failed (it stays with %s until it expires): %w", key, to, to, err)
+			case !r.Acquired:
+				err = fmt.Errorf("%w: lease %q lost right after its transfer to %s: %w", lease.ErrNotHeld, key, to, lease.NewHeldError(key, r))
+			default:
+				tok = r.Token
+			}
+		}
+	}
+	result := "transferred"
+	switch {
+	case err != nil:
+		result = "error"
+	case tok == 0:
+		result = "refused"
+	default:
+		span.SetAttributes(attrLeaseToken.Int64(int64(tok)))
+	}
+	l.in.m.transfers.Add(ctx, 1, metric.WithAttributes(attrResult.String(result)))
+	end(span, err, attrResult.String(result))
+	return tok, err
 }
 
 func renewResult(ok bool, err error) string {

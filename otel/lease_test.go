@@ -134,8 +134,8 @@ func TestSignalsRuntimeFindsWrappedLeases(t *testing.T) {
 	tm.span(t, "lease acquire")
 	tm.span(t, "lease transfer")
 	tm.span(t, "lease release")
-	// Held.Transfer reads the new token with an acquire, and the runtime
-	// updates done records with TransferLease: at least one of each.
+	// The Send's acquire, the hand-off and the done records' updates
+	// (transfers), the release: at least one of each.
 	for _, name := range []string{"leasebus.lease.acquires", "leasebus.lease.transfers", "leasebus.lease.releases"} {
 		if n := tm.sum(t, name); n < 1 {
 			t.Errorf("%s = %d, want at least 1", name, n)

@@ -29,6 +29,14 @@ var (
 	// optional revoke capability). A Held whose renewal returns it ends at
 	// once with that error as its cause.
 	ErrRevoked = errors.New("lease: revoked")
+
+	// ErrNotSent is matched (errors.Is) by the error of a call the provider
+	// never sent to its store: it did not run, so it changed nothing (a
+	// call whose ctx ended before it was sent, or that was queued behind a
+	// call that failed). Providers need not use it; an error without it
+	// says nothing either way. The signals runtime uses it to tell an
+	// acquire that cannot have taken a lease from one that may have.
+	ErrNotSent = errors.New("lease: call not sent")
 )
 
 // Result is the outcome of AcquireLease.

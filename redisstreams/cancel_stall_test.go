@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/lease"
 )
 
 // TestCancelledCallOnStalledServer: a Backend from NewURL (go-redis
@@ -107,7 +108,8 @@ func TestCancelledCallOnStalledServer(t *testing.T) {
 // TestCancelledBeforeCallSendsNothing: a lease call or DeleteTopicIfDrained
 // whose ctx was cancelled before the call sends nothing, and says so: its
 // error wraps context.Canceled without the "may have run" of a script cut
-// short (go-redis sends nothing on such a ctx either). Found in review of
+// short (go-redis sends nothing on such a ctx either), and a lease call's
+// matches lease.ErrNotSent. Found in review of
 // the change that made these calls return when ctx ends: they started the
 // sending goroutine all the same and reported a script that may have run.
 func TestCancelledBeforeCallSendsNothing(t *testing.T) {
@@ -155,6 +157,9 @@ func TestCancelledBeforeCallSendsNothing(t *testing.T) {
 			err = tc.call(cctx, b)
 			if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "may have run") {
 				t.Errorf("error %v: want one wrapping context.Canceled that does not say the script may have run", err)
+			}
+			if tc.name != "DeleteTopicIfDrained" && !errors.Is(err, lease.ErrNotSent) {
+				t.Errorf("error %v: want one matching lease.ErrNotSent", err)
 			}
 			if owner, err := b.GetLeaseOwner(ctx, "k"); err != nil || owner != tc.owner {
 				t.Errorf("lease k held by %q (%v) after the call, want %q", owner, err, tc.owner)

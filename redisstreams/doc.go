@@ -160,7 +160,10 @@
 // TestCloseWaitsForLeftGroupSetup). Flush's checks of a group's progress
 // are sent the same way (TestFlushCancelledOnStalledServer: at the cancel;
 // before, 4.8s). On a ctx already ended they send nothing and return its
-// error alone (TestCancelledBeforeCallSendsNothing). A ctx that cannot end
+// error alone (TestCancelledBeforeCallSendsNothing); a lease call that was
+// never sent (its ctx ended before it was, or while it was queued, or the
+// call before it failed: see below) returns an error that also matches
+// lease.ErrNotSent: it did not run. A ctx that cannot end
 // (context.Background) costs nothing; on one that can, a script sent alone
 // waits in that goroutine, which costs the wake-ups of a second goroutine:
 // BenchmarkLeaseCycleSerial, one caller against a local redis-server on a

@@ -150,7 +150,7 @@ func newCall(ctx context.Context, s *luaScript, keys []string, argv ...any) *lea
 // have run then, and the error says so (see mayHaveRun).
 func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
+		return notSentCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
 	q := b.leaseQ.lane(b.laneOf(c.key))
 	c.lane = q
@@ -179,7 +179,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 		if sent {
 			return mayHaveRun(ctx)
 		}
-		return failedCmd(ctx, err)
+		return notSentCmd(ctx, err) // left the queue: never sent
 	case batch != nil:
 		// Handed a batch to lead (by a leader whose ctx could not end):
 		// send it, answer its other callers and hand on the turn. On a ctx
@@ -226,6 +226,12 @@ func mayHaveRun(ctx context.Context) *redis.Cmd {
 	return failedCmd(ctx, fmt.Errorf("%w (the script was sent and may have run)", ctx.Err()))
 }
 
+// notSentCmd returns a command failed with err, for a script never sent:
+// the error matches lease.ErrNotSent too.
+func notSentCmd(ctx context.Context, err error) *redis.Cmd {
+	return failedCmd(ctx, fmt.Errorf("%w (%w)", err, lease.ErrNotSent))
+}
+
 // failedCmd returns a command failed with err.
 func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
@@ -267,7 +273,7 @@ func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
 		return c.cmd
 	}
 	if err := ctx.Err(); err != nil {
-		return failedCmd(ctx, err) // nothing sent, as go-redis would send nothing
+		return notSentCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
 	done := make(chan struct{})
 	if b.awaitSend(ctx, done, func() {
@@ -348,7 +354,7 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 		return
 	}
 	q.failQueued(func(c *leaseCall) bool { return scope.has(b, c.key) }, func(c *leaseCall) {
-		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run): the call before it failed: %w", cause))
+		c.cmd.SetErr(fmt.Errorf("redisstreams: lease script not sent (it did not run; %w): the call before it failed: %w", lease.ErrNotSent, cause))
 	})
 }
 

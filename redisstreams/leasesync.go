@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/lease"
 )
 
 // runSynced runs a lease script that may start a tenure (acquire, transfer)
@@ -20,7 +22,7 @@ func (b *Backend) runSynced(ctx context.Context, c *leaseCall, leaseKey string, 
 		return b.runSyncedNow(ctx, c, leaseKey, won)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err // nothing sent, as go-redis would send nothing
+		return nil, fmt.Errorf("%w (%w)", err, lease.ErrNotSent) // nothing sent, as go-redis would send nothing
 	}
 	var reply any
 	var err error

@@ -561,10 +561,12 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 
 // outcomeUnknown reports whether an acquire that failed with err may have
 // taken the lease all the same: any error but bad input, a closed
-// provider, a revoked tenure or a lease held by another owner.
+// provider, a revoked tenure, a lease held by another owner and a call the
+// provider says it never sent (lease.ErrNotSent: TestQueuedAcquireNeverSentSettlesNothing).
 func outcomeUnknown(err error) bool {
 	var re *lease.RevokedError
-	return !errors.Is(err, lease.ErrInvalid) && !errors.Is(err, lease.ErrClosed) && !errors.As(err, &re)
+	return !errors.Is(err, lease.ErrInvalid) && !errors.Is(err, lease.ErrClosed) && !errors.As(err, &re) &&
+		!errors.Is(err, lease.ErrNotSent)
 }
 
 // settleAcquire finds out whether an acquire of thread's lease for owner
@@ -576,11 +578,14 @@ func outcomeUnknown(err error) bool {
 // Recovered tenure starts and reads the inbox, and releases the thread
 // when nothing waits), held by another owner (the first acquire did not
 // take it, or lost it since), or a local tenure of the thread. It gives up
-// after a lease TTL (a lease the first acquire took has expired by then)
-// and when Close begins (as for any lease won while Close runs, one taken
-// that way expires after its TTL). Close waits for it (rt.wg). Without it
-// such a thread stayed leased to a run that never started for a whole TTL,
-// and the signals sent to it meanwhile waited as long
+// after a lease TTL (a lease the first acquire took has expired by then).
+// When Close begins it releases the lease for that owner instead (a no-op
+// unless the first acquire took it; bounded by closeGrace and by Close
+// giving up), so that the live runtimes can take the thread at once
+// (TestCloseReleasesLeasesOfGivenUpSends: 4-36 of 50 threads waited a
+// whole TTL without). Close waits for it (rt.wg). Without the settle such
+// a thread stayed leased to a run that never started for a whole TTL, and
+// the signals sent to it meanwhile waited as long
 // (TestSendReturnsAtCtxEndOnStalledServer).
 func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 	rt.wg.Add(1)
@@ -588,12 +593,21 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 		defer rt.wg.Done()
 		giveUp := time.Now().Add(rt.cfg.ttl)
 		bo := backoff.Backoff{Policy: backoff.Policy{Min: 50 * time.Millisecond, Max: rt.cfg.recovery}}
+		handBack := func() {
+			ctx, cancel := context.WithTimeout(rt.hardCtx, closeGrace)
+			defer cancel()
+			if err := rt.lp.ReleaseLease(ctx, LeaseKey(thread), owner); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+				rt.log.Warn("signals: releasing a lease a given-up acquire may have taken failed; it expires after its TTL",
+					"thread", thread, "owner", owner, "err", err)
+			}
+		}
 		for time.Now().Before(giveUp) {
 			t := time.NewTimer(bo.Next())
 			select {
 			case <-t.C:
 			case <-rt.closing:
 				t.Stop()
+				handBack()
 				return
 			}
 			ctx, cancel := context.WithDeadline(rt.hardCtx, giveUp)
@@ -605,7 +619,10 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 					s.kick()
 				}
 				return
-			case !outcomeUnknown(err) || errors.Is(err, ErrClosed):
+			case errors.Is(err, ErrClosed):
+				handBack()
+				return
+			case !outcomeUnknown(err):
 				return
 			}
 		}

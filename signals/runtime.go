@@ -280,9 +280,12 @@ func runOf(owner string) string {
 // (TestSendReturnsAtCtxEndOnStalledServer: 0.3s with a 300ms ctx on a
 // SIGSTOPped redis-server and a NewURL client; 10s before). An acquire it
 // left behind may still take the thread's lease when the server answers
-// again; the runtime then finds out and starts the tenure, which reads the
-// inbox and releases the thread when nothing waits, so no thread stays
-// leased to a run that never starts.
+// again; the runtime tries that lease again for the same run, for up to a
+// lease TTL, and when it has it starts the tenure, which reads the inbox
+// and releases the thread when nothing waits (or, once Close began,
+// releases it), so the thread does not stay leased to a run that never
+// starts. (An acquire the network delivers only after that, as a delayed
+// packet, can still take it: the thread then waits for the lease's TTL.)
 //
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
 // Any other error means the signal may or may not run: retry with the same

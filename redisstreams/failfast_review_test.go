@@ -260,33 +260,7 @@ func ffReviewClusterPaused(t *testing.T, op string) {
 	b := newBackendOn(t, c)
 	ctx := context.Background()
 	paused := cl.Nodes()[0]
-	keyOf := func(name string) string {
-		if op == "lease" {
-			return b.keys.Lease(name)
-		}
-		return b.keys.Stream(name)
-	}
-	call := func(ctx context.Context, name string) error {
-		if op == "lease" {
-			_, err := b.AcquireLease(ctx, name, "o", time.Minute)
-			return err
-		}
-		return b.Publish(ctx, name, pubsub.Event{Type: "x"})
-	}
-	// Names by master: healthy or on the paused one.
-	var healthy, sick []string
-	for i := 0; len(healthy) < 4000 || len(sick) < 1000; i++ {
-		name := fmt.Sprint("cp-", i)
-		node, err := c.MasterForKey(ctx, keyOf(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if node.Options().Addr == paused.Addr() {
-			sick = append(sick, name)
-		} else {
-			healthy = append(healthy, name)
-		}
-	}
+	call, healthy, sick := clusterOp(t, b, c, op, "cp-", paused.Addr(), 4000, 1000)
 	for _, n := range []string{healthy[0], sick[0]} {
 		if err := call(ctx, n); err != nil {
 			t.Fatal(err)
@@ -387,4 +361,38 @@ func ffReviewClusterPaused(t *testing.T, op string) {
 	if hNotSt > 0 {
 		t.Errorf("%d of %d %s calls for keys of healthy masters failed as 'not sent' because a call for the paused master failed; first: %v", hNotSt, hOK+hFail, op, firstNotSent)
 	}
+}
+
+// clusterOp returns a call of op on b ("lease": AcquireLease, "publish":
+// Publish) for a name, and names (prefix and a number) split by the master
+// c maps their key to: nHealthy not on the master at sickAddr, nSick on it.
+func clusterOp(t *testing.T, b *Backend, c *redis.ClusterClient, op, prefix, sickAddr string, nHealthy, nSick int) (call func(context.Context, string) error, healthy, sick []string) {
+	t.Helper()
+	keyOf := b.keys.Stream
+	call = func(ctx context.Context, name string) error {
+		return b.Publish(ctx, name, pubsub.Event{Type: "x"})
+	}
+	if op == "lease" {
+		keyOf = b.keys.Lease
+		call = func(ctx context.Context, name string) error {
+			_, err := b.AcquireLease(ctx, name, "o", time.Minute)
+			return err
+		}
+	}
+	for i := 0; len(healthy) < nHealthy || len(sick) < nSick; i++ {
+		name := fmt.Sprint(prefix, i)
+		node, err := c.MasterForKey(context.Background(), keyOf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case node.Options().Addr == sickAddr:
+			if len(sick) < nSick {
+				sick = append(sick, name)
+			}
+		case len(healthy) < nHealthy:
+			healthy = append(healthy, name)
+		}
+	}
+	return call, healthy, sick
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/redistest"
-	"github.com/leasebus/leasebus/pubsub"
 )
 
 // TestFreshClusterClientQueuedFailFast (review revL, helper 17): a Backend on a fresh
@@ -49,34 +48,7 @@ func freshClusterFailFast(t *testing.T, op string) {
 	b := newBackendOn(t, c)
 	ctx := context.Background()
 	paused := cl.Nodes()[0]
-	keyOf := func(name string) string {
-		if op == "lease" {
-			return b.keys.Lease(name)
-		}
-		return b.keys.Stream(name)
-	}
-	call := func(ctx context.Context, name string) error {
-		if op == "lease" {
-			_, err := b.AcquireLease(ctx, name, "o", time.Minute)
-			return err
-		}
-		return b.Publish(ctx, name, pubsub.Event{Type: "x"})
-	}
-	var healthy, sick []string
-	for i := 0; len(healthy) < 200 || len(sick) < 600; i++ {
-		name := fmt.Sprint("fr-", i)
-		node, err := probe.MasterForKey(ctx, keyOf(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if node.Options().Addr == paused.Addr() {
-			if len(sick) < 600 {
-				sick = append(sick, name)
-			}
-		} else if len(healthy) < 200 {
-			healthy = append(healthy, name)
-		}
-	}
+	call, healthy, sick := clusterOp(t, b, probe, op, "fr-", paused.Addr(), 200, 600)
 	paused.Pause(t)
 	t.Cleanup(func() { paused.Resume(t) })
 	var (

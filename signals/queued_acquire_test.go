@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -26,30 +25,17 @@ import (
 func TestQueuedAcquireNeverSentSettlesNothing(t *testing.T) {
 	srv, _ := startRedis(t)
 	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "queuedacq"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	var (
 		mu  sync.Mutex
 		evs []string
 	)
-	rt, err := signals.New(b, func(ctx context.Context, r *signals.Run) error {
+	rt, _ := urlRuntime(t, srv.URL(), "queuedacq", "A", func(ctx context.Context, r *signals.Run) error {
 		return eachSignal(ctx, r, func(signals.Signal) {})
-	}, signals.WithProcessID("A"), signals.WithObserver(func(e signals.Event) {
+	}, nil, signals.WithObserver(func(e signals.Event) {
 		mu.Lock()
 		evs = append(evs, e.Kind.String()+" "+e.Thread)
 		mu.Unlock()
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = rt.Close(c)
-	})
 	srv.Pause(t)
 	var wg sync.WaitGroup
 	for _, th := range []string{"q1", "q2"} {
@@ -61,7 +47,7 @@ func TestQueuedAcquireNeverSentSettlesNothing(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = rt.Send(sctx, "q3", signals.Signal{ID: "q3", Type: "t"})
+	_, err := rt.Send(sctx, "q3", signals.Signal{ID: "q3", Type: "t"})
 	cancel()
 	t.Logf("Send q3: %v", err)
 	time.Sleep(300 * time.Millisecond)

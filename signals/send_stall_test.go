@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -24,11 +23,6 @@ import (
 func TestSendReturnsAtCtxEndOnStalledServer(t *testing.T) {
 	srv, _ := startRedis(t)
 	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "sendstall"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	var (
 		mu   sync.Mutex
 		ran  = map[string]int{}
@@ -57,15 +51,7 @@ func TestSendReturnsAtCtxEndOnStalledServer(t *testing.T) {
 			take(s)
 		}
 	}
-	rt, err := signals.New(b, agent, signals.WithProcessID("A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = rt.Close(c)
-	})
+	rt, _ := urlRuntime(t, srv.URL(), "sendstall", "A", agent, nil)
 	runsOf := func(id string) int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -171,25 +157,16 @@ func TestSendReturnsAtCtxEndOnStalledServer(t *testing.T) {
 func TestSendOnEndedCtxLeavesNothing(t *testing.T) {
 	srv, _ := startRedis(t)
 	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "sendended"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	var (
 		mu     sync.Mutex
 		events []signals.Event
 	)
-	rt, err := signals.New(b, func(context.Context, *signals.Run) error { return nil },
+	rt, _ := urlRuntime(t, srv.URL(), "sendended", "A", func(context.Context, *signals.Run) error { return nil }, nil,
 		signals.WithObserver(func(e signals.Event) {
 			mu.Lock()
 			events = append(events, e)
 			mu.Unlock()
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(ctx) })
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := rt.Send(cctx, "ended", signals.Signal{ID: "e1", Type: "t"}); err == nil {

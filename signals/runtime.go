@@ -454,8 +454,9 @@ func (rt *Runtime) closingNow() bool {
 // acquire fails in a way that leaves its outcome unknown (ctx ended after
 // it was sent, a timeout, a broken connection: the server may have run it,
 // or may still), settleAcquire finds out in the background whether it took
-// the lease, and if so starts the tenure it was for: no thread is left
-// leased to a run that never starts.
+// the lease, and if so starts the tenure it was for, so that the thread is
+// not left leased to a run that never starts (see Send for what it does
+// not cover).
 func (rt *Runtime) wake(ctx context.Context, thread string, recovery bool) (s *session, created bool, holder holderInfo, err error) {
 	return rt.wakeAs(ctx, thread, recovery, "", "")
 }
@@ -510,8 +511,8 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 	// flight to a server that stopped answering would hold it for
 	// go-redis's timeouts and retries (TestCloseOnStalledServerUnderAcquireLoad).
 	// An acquire cut short may still have taken the lease: settleAcquire
-	// below finds out. (When Close began meanwhile, a lease won that way
-	// expires after its TTL, as Close's doc says.)
+	// below finds out (and, once Close began, releases it). A settle's own
+	// acquire is a recovery's: bounded by Close giving up only.
 	base := ctx
 	if recovery {
 		base = context.WithoutCancel(ctx)

@@ -309,22 +309,17 @@ func (b *Backend) laneOf(ks ...string) string {
 	if _, ok := b.client.(*redis.ClusterClient); !ok || len(ks) == 0 {
 		return ""
 	}
-	lane := b.masterOf(ks[0])
-	if lane == "" {
-		return ""
+	if len(ks) == 1 {
+		return b.masterOf(ks[0])
 	}
-	for _, k := range ks[1:] {
-		m := b.masterOf(k)
-		if m == "" {
+	ms := make([]string, len(ks))
+	for i, k := range ks {
+		if ms[i] = b.masterOf(k); ms[i] == "" {
 			return ""
 		}
-		if m != lane && !slices.Contains(strings.Split(lane, " "), m) {
-			parts := append(strings.Split(lane, " "), m)
-			slices.Sort(parts)
-			lane = strings.Join(parts, " ")
-		}
 	}
-	return lane
+	slices.Sort(ms)
+	return strings.Join(slices.Compact(ms), " ")
 }
 
 func (f *failScope) add(b *Backend, key string) {

@@ -32,3 +32,11 @@ func WakeNotice(thread, id string) pubsub.Event {
 
 // LapseEntries returns how many threads rt's lapse watch (lapse.go) holds.
 func LapseEntries(rt *Runtime) int { return rt.lapse.len() }
+
+// GivenUp returns how many given-up acquires of thread's lease rt
+// remembers (givenup.go).
+func GivenUp(rt *Runtime, thread string) int {
+	rt.guMu.Lock()
+	defer rt.guMu.Unlock()
+	return len(rt.givenUp[thread])
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,6 +38,7 @@ const (
 	metaThread = "leasebus.signals.thread"
 	metaSignal = "leasebus.signals.id"
 	metaAction = "leasebus.signals.action" // the Action of the Send, when it succeeded
+	metaOwner  = "leasebus.signals.owner"  // the owner a Forwarded Send found (givenup.go)
 )
 
 // InboxTopic returns the durable inbox topic of thread, "signals.thread.<thread>".
@@ -126,6 +128,14 @@ type Runtime struct {
 	// lapse holds the threads whose holder's lease a notice handler waits
 	// on, to try each the moment that lease can lapse (lapse.go).
 	lapse lapseWatch
+
+	// givenUp holds the owners of the acquires settleAcquire gave up on,
+	// per thread (givenup.go); guLen is its length, read without guMu.
+	guMu    sync.Mutex
+	givenUp map[string][]givenUpLease
+	guLen   atomic.Int64
+	// adopting holds the threads adoptLate is trying now (under mu).
+	adopting map[string]bool
 }
 
 // seenNotice is a wake notice this process received and has not acked.
@@ -284,8 +294,13 @@ func runOf(owner string) string {
 // lease TTL, and when it has it starts the tenure, which reads the inbox
 // and releases the thread when nothing waits (or, once Close began,
 // releases it), so the thread does not stay leased to a run that never
-// starts. (An acquire the network delivers only after that, as a delayed
-// packet, can still take it: the thread then waits for the lease's TTL.)
+// starts. One that Redis runs only after that (it was stopped, or the
+// network held the connection's packets, for longer than a TTL) is taken
+// over when a Send, a wake notice or the lapse watch of this runtime next
+// finds the thread leased to that run, or a peer's Send is forwarded to it
+// (givenup.go: TestLateAcquireAfterSettleIsAdopted); this process
+// remembers such runs for 10 minutes, after which the thread waits for the
+// lease's TTL.
 //
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
 // Any other error means the signal may or may not run: retry with the same
@@ -348,6 +363,9 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	}
 	if acc.Action != 0 {
 		notice.Metadata[metaAction] = acc.Action.String()
+	}
+	if acc.Action == Forwarded && acc.Owner != "" {
+		notice.Metadata[metaOwner] = acc.Owner
 	}
 	perr := rt.publishSignal(ctx, thread, ev, notice)
 	if s != nil {
@@ -512,9 +530,11 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 	// go-redis's timeouts and retries (TestCloseOnStalledServerUnderAcquireLoad).
 	// An acquire cut short may still have taken the lease: settleAcquire
 	// below finds out (and, once Close began, releases it). A settle's own
-	// acquire is a recovery's: bounded by Close giving up only.
+	// acquire ends with its ctx (the settle's end, a TTL after it began):
+	// one cut short is for the same owner, which the settle, giving up,
+	// remembers (givenup.go).
 	base := ctx
-	if recovery {
+	if recovery && !settling {
 		base = context.WithoutCancel(ctx)
 	}
 	kctx, kcancel := context.WithCancel(base)
@@ -543,6 +563,14 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		rt.mu.Unlock()
 		close(s.ready)
 		close(s.ended)
+		if s.err == nil && !settling {
+			if late, ok := rt.givenUpRun(thread, s.holder.owner, time.Now()); ok {
+				// Held by a run of this process whose acquire was given
+				// up and ran late (givenup.go): take it over for that run.
+				rt.wg.Done()
+				return rt.wakeAs(ctx, thread, recovery, late, s.holder.owner)
+			}
+		}
 		if s.err != nil && !settling && !sentNothing && outcomeUnknown(s.err) {
 			rt.settleAcquire(thread, runID, owner) // (before wg.Done: Close waits for it)
 		}
@@ -550,6 +578,9 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		return nil, false, s.holder, s.err
 	}
 	s.held, s.runID, s.acquired = held, runID, true
+	if settling {
+		rt.forgetGivenUp(thread, owner)
+	}
 	if !recovery {
 		s.sending.Add(1) // a Send's acquire: it publishes the signal next (Send)
 	}
@@ -615,21 +646,31 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 				return
 			}
 			ctx, cancel := context.WithDeadline(rt.hardCtx, giveUp)
-			s, _, _, err := rt.wakeAs(ctx, thread, true, runID, owner)
+			s, created, _, err := rt.wakeAs(ctx, thread, true, runID, owner)
 			cancel()
 			switch {
+			case err == nil && created:
+				s.kick() // the first acquire took it: its tenure starts
+				return
 			case err == nil:
+				// Held by another owner, or by a local tenure of another
+				// run: the first acquire has not taken it (yet).
 				if s != nil {
 					s.kick()
 				}
+				rt.noteGivenUp(thread, runID, owner, time.Now())
 				return
 			case errors.Is(err, ErrClosed):
 				handBack()
 				return
+			case errors.Is(err, lease.ErrNotSent):
+				// This try was not sent; the first acquire is still
+				// unknown: try again.
 			case !outcomeUnknown(err):
 				return
 			}
 		}
+		rt.noteGivenUp(thread, runID, owner, time.Now())
 	}()
 }
 
@@ -816,6 +857,8 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 	rt.mu.Unlock()
 	if s != nil {
 		s.kickFor(ev.ID, byWatch)
+	} else if o := ev.Metadata[metaOwner]; o != "" && rt.guLen.Load() > 0 {
+		rt.adoptLate(thread, o) // forwarded to a run of ours that never started (givenup.go)
 	}
 	return nil
 }

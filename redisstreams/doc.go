@@ -146,7 +146,7 @@
 // ContextTimeoutEnabled, and never when ctx is cancelled. The single-lease
 // calls (AcquireLease, RenewLease, ReleaseLease, TransferLease,
 // GetLeaseOwner, InspectLease, LeaseState, RevokeLease, ForceRevokeLease),
-// ListLeases, GroupBacklog, DeleteTopicIfDrained, Publish, PublishFor,
+// ListLeases, GroupBacklog, DeleteTopicIfDrained, DeleteTopic, Publish, PublishFor,
 // PublishBatch and Subscribe's setup return when their ctx ends all the
 // same, deadline or cancel, with any client, also under load
 // (TestPublishCtxEndsUnderLoadOnStalledServer,

@@ -93,6 +93,14 @@ func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
 // returns nil also when the topic did not exist; an error wrapping
 // pubsub.ErrInvalid for an empty topic; pubsub.ErrClosed after Close; the
 // Redis error otherwise.
+//
+// It returns when ctx ends, also on a server that stopped answering, with
+// an error wrapping ctx's that says the deletion was sent and may have run
+// (redisstreams/doc.go, "Clients and deadlines"). Such a deletion, like
+// one whose reply was lost to a timeout or a cut connection, may still run
+// when the server answers again, and then also deletes what was published
+// to the topic meanwhile: after such an error, call DeleteTopic again
+// before publishing to the topic again, rather than publish at once.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if err := b.bus.enter(); err != nil {
 		return err
@@ -105,31 +113,9 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	written := b.bus.lastWrite(key) // before the deletion: gone with it
 	first := "1"
 	for {
-		// With a command go-redis never retries: a retried first call
-		// could empty what was published after the first one ran.
-		pipe := b.client.Pipeline()
-		noRetry(ctx, pipe, key)
-		del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
-		_, _ = pipe.Exec(ctx)
-		wait, last, err := deleteTopicReply(del)
-		if isNoScript(err) {
-			if err := deleteTopicScript.Load(ctx, b.client).Err(); err != nil {
-				return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
-			}
-			continue
-		}
+		wait, err := b.deleteTopicStep(ctx, key, first, written)
 		if err != nil {
 			return fmt.Errorf("redisstreams: delete topic %q: %w", topic, err)
-		}
-		if first == "1" && written != "" {
-			b.bus.forgetWrites(key, written) // gone: no Flush waits for them
-		}
-		if first == "1" && last != "" {
-			// Entries up to last are gone, read or not: a local fan-out
-			// subscription that had not read them is caught up with them
-			// once its reader finished the reads it had started (one of
-			// those may bring some, to be handled first).
-			b.bus.deletedUpTo(key, last)
 		}
 		if wait <= 0 {
 			return nil
@@ -148,6 +134,66 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 			return fmt.Errorf("redisstreams: delete topic %q: emptied, not yet deleted: %w", topic, err)
 		}
 	}
+}
+
+// deleteTopicStep runs delete_topic.lua once on key (first: "1" for the
+// call that empties the stream, "0" for the one that deletes it once the
+// server's clock passed its last id) and returns how long to wait before
+// the next call (0: done). It returns when ctx ends, also on a server that
+// stopped answering (TestNamedCallsReturnAtCancelOnStalledServer): the
+// script goes on in a goroutine of its own (awaitSend), which also does
+// what the first call's reply calls for here (the local subscriptions
+// caught up with what it deleted, Flush no longer waiting for it), so that
+// a deletion the server runs after the caller gave up leaves nothing
+// behind in this process.
+func (b *Backend) deleteTopicStep(ctx context.Context, key, first, written string) (wait int64, err error) {
+	step := func() {
+		for {
+			// With a command go-redis never retries: a retried first call
+			// could empty what was published after the first one ran.
+			pipe := b.client.Pipeline()
+			noRetry(ctx, pipe, key)
+			del := pipe.EvalSha(ctx, deleteTopicScript.Hash(), []string{key}, first)
+			_, _ = pipe.Exec(ctx)
+			var last string
+			wait, last, err = deleteTopicReply(del)
+			if isNoScript(err) {
+				if err = deleteTopicScript.Load(ctx, b.client).Err(); err != nil {
+					return
+				}
+				continue
+			}
+			if err != nil {
+				return
+			}
+			if first == "1" && written != "" {
+				b.bus.forgetWrites(key, written) // gone: no Flush waits for them
+			}
+			if first == "1" && last != "" {
+				// Entries up to last are gone, read or not: a local fan-out
+				// subscription that had not read them is caught up with them
+				// once its reader finished the reads it had started (one of
+				// those may bring some, to be handled first).
+				b.bus.deletedUpTo(key, last)
+			}
+			return
+		}
+	}
+	if ctx.Done() == nil { // ctx cannot end: no goroutine needed
+		step()
+		return wait, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // nothing sent
+	}
+	done := make(chan struct{})
+	if !b.awaitSend(ctx, done, func() {
+		step()
+		close(done)
+	}) {
+		return 0, fmt.Errorf("%w (the deletion was sent and may have run)", ctx.Err())
+	}
+	return wait, err
 }
 
 // deleteTopicReply reads delete_topic.lua's {wait, last} reply.

@@ -134,6 +134,7 @@ func TestLateAcquireAfterSettleIsAdopted(t *testing.T) {
 		t.Logf("round %d: threads leased to a run of A after the resume: %v, %v", round, locals, peers)
 	}
 	var ids []string
+	sendsAt := time.Now()
 	for _, th := range locals {
 		acc, err := a.Send(ctx, th, signals.Signal{ID: th + "-2", Type: "t"})
 		if err != nil {
@@ -158,7 +159,8 @@ func TestLateAcquireAfterSettleIsAdopted(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	t.Logf("the signals to the %d late-leased threads ran within %v of the resume", len(ids), time.Since(resumed).Round(time.Millisecond))
+	t.Logf("the signals to the %d late-leased threads ran within %v of the resume, %v of their Sends", len(ids),
+		time.Since(resumed).Round(time.Millisecond), time.Since(sendsAt).Round(time.Millisecond))
 	time.Sleep(200 * time.Millisecond)
 	for _, id := range ids {
 		if k := runsOf(id); k != 1 {

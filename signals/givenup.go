@@ -109,6 +109,22 @@ func (rt *Runtime) givenUpRun(thread, owner string, now time.Time) (runID string
 	return "", false
 }
 
+// hasGivenUp reports whether this process remembers a given-up acquire of
+// thread's lease.
+func (rt *Runtime) hasGivenUp(thread string, now time.Time) bool {
+	if rt.guLen.Load() == 0 {
+		return false
+	}
+	rt.guMu.Lock()
+	defer rt.guMu.Unlock()
+	for _, g := range rt.givenUp[thread] {
+		if now.Sub(g.at) < givenUpFor {
+			return true
+		}
+	}
+	return false
+}
+
 // forgetGivenUp forgets the given-up acquire of thread's lease for owner:
 // its lease was taken over.
 func (rt *Runtime) forgetGivenUp(thread, owner string) {
@@ -138,8 +154,17 @@ func (rt *Runtime) forgetGivenUp(thread, owner string) {
 // bounded by a TTL and by Close giving up. The try is wake's: it finds the
 // lease held by that owner and takes it over, or finds it free and takes
 // it, or finds another owner and leaves it.
+//
+// With owner "" it tries whenever this process remembers a given-up
+// acquire or hand-off of thread (a tenure of it ended with its lease lost:
+// a hand-off whose reply was lost may have moved the lease to a run that
+// never starts).
 func (rt *Runtime) adoptLate(thread, owner string) {
-	if _, ok := rt.givenUpRun(thread, owner, time.Now()); !ok {
+	if owner == "" {
+		if !rt.hasGivenUp(thread, time.Now()) {
+			return
+		}
+	} else if _, ok := rt.givenUpRun(thread, owner, time.Now()); !ok {
 		return
 	}
 	rt.mu.Lock()

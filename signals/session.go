@@ -416,6 +416,12 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
+		if lost {
+			// A hand-off of this tenure whose reply was lost may have
+			// leased the thread to a run that never starts: take it over
+			// (givenup.go; nothing when none was lost).
+			rt.adoptLate(s.thread, "")
+		}
 		if released && subscribed {
 			// (Not after a failed inbox subscription: the next tenure
 			// would most likely fail the same way, at once, for good.)
@@ -511,6 +517,15 @@ func (s *session) loop() {
 				nh, err := held.Transfer(tctx, nextOwner)
 				cancel()
 				if err != nil {
+					if outcomeUnknown(err) && !errors.Is(err, lease.ErrNotHeld) {
+						// Its reply was lost: the transfer may have run,
+						// or may still, leasing the thread to nextRun,
+						// which never starts here; the Held's renewal
+						// tells, and this tenure then ends with the
+						// lease lost. Remembered so that the thread is
+						// taken over for nextRun (givenup.go).
+						rt.noteGivenUp(s.thread, nextRun, nextOwner, time.Now())
+					}
 					d.res <- fmt.Errorf("signals: hand-off failed: %w", err)
 					if held.Err() != nil {
 						lost = true

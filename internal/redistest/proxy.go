@@ -30,6 +30,9 @@ type Proxy struct {
 	// are the connections held until Release.
 	holdMatch func([]byte) bool
 	held      []*proxyConn
+	// cutMatch (set by CutReplies) picks the writes whose replies are
+	// lost.
+	cutMatch func([]byte) bool
 }
 
 // proxyConn is one proxied connection: the accepted client side and the
@@ -143,6 +146,36 @@ func (p *Proxy) HoldNext(match func(written []byte) bool) {
 	p.mu.Unlock()
 }
 
+// CutReplies makes every later write, on any connection, whose bytes match
+// lose its reply, until CutReplies(nil): the write is forwarded to the
+// server, and the client's side of that connection is closed at once,
+// before anything the server answers reaches it; the server's side stays
+// open until the server answered (so it runs what it was sent), then is
+// closed. That is a connection reset after a request left, as a proxy or a
+// load balancer does: the client sees an error, and the server ran the
+// command (and each retry of it).
+func (p *Proxy) CutReplies(match func(written []byte) bool) {
+	p.mu.Lock()
+	p.cutMatch = match
+	p.mu.Unlock()
+}
+
+// cutIfMatch reports whether data, just forwarded on pc, is a write
+// CutReplies cuts; it then closes pc's client side. Call with pc.mu held.
+func (p *Proxy) cutIfMatch(pc *proxyConn, data []byte) bool {
+	p.mu.Lock()
+	match := p.cutMatch
+	if match == nil || !match(data) {
+		p.mu.Unlock()
+		return false
+	}
+	p.mu.Unlock()
+	pc.clientGone = true
+	pc.released = true // pipeDown: the next answer marks it answered
+	_ = pc.client.Close()
+	return true
+}
+
 // Release forwards what every held connection kept, in order, and waits
 // (up to 10s each) until the server answered it or closed its side; a held
 // connection whose client is still there forwards normally from then on,
@@ -212,6 +245,10 @@ func (p *Proxy) pipeUp(pc *proxyConn) (keep bool) {
 					pc.mu.Unlock()
 					return false
 				}
+				if p.cutIfMatch(pc, buf[:n]) {
+					pc.mu.Unlock()
+					return true // the server's side stays until it answered (pipeDown)
+				}
 			}
 			pc.mu.Unlock()
 		}
@@ -237,10 +274,13 @@ func (p *Proxy) pipeDown(pc *proxyConn) {
 		n, err := pc.server.Read(buf)
 		if n > 0 {
 			pc.mu.Lock()
-			released := pc.released
+			released, gone, held := pc.released, pc.clientGone, pc.held
 			pc.mu.Unlock()
 			if released {
 				pc.markAnswered()
+			}
+			if gone && !held && released {
+				return // cut after a write (CutReplies): answered, so closed
 			}
 			if !p.blackHoled() {
 				if _, werr := pc.client.Write(buf[:n]); werr != nil {

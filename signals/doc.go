@@ -16,13 +16,17 @@
 //     at once. Retry a failed Send with the same Signal.ID; within the dedupe
 //     window a duplicate ID is not run again. Send returns when its ctx
 //     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).
-//     An acquire such a Send left behind may take the thread's lease when
-//     Redis answers again, however much later (a server that was stopped,
-//     a network that black-holed the connection and healed): the runtime
-//     takes that lease over for the run it was for, which reads the inbox
-//     and releases the thread, so the thread does not wait for the lease's
-//     TTL (TestLateAcquireAfterSettleIsAdopted; the process remembers such
-//     acquires for 10 minutes, at most 10,000 threads).
+//     An acquire such a Send left behind, or a hand-off whose reply was
+//     lost, may lease the thread to a run that never starts when Redis
+//     runs it, however much later (a server that was stopped, a network
+//     that black-holed the connection and healed): the runtime takes that
+//     lease over for that run, which reads the inbox and releases the
+//     thread, so the thread does not wait for the lease's TTL
+//     (TestLateAcquireAfterSettleIsAdopted, TestHandOffReplyLostIsAdopted,
+//     TestLateStragglerAfterTakeover). The process remembers such runs
+//     for 10 minutes (at most 10,000 threads), and Close releases their
+//     leases; a copy that runs later than that, or after Close, leaves the
+//     thread to wait for the TTL.
 //   - One run at a time per thread, in send order. A run gets its first
 //     signal in Run.Signals; [Run.Next] declares every signal the run has
 //     taken so far done (recorded in the thread's done record and acked; it

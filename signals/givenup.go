@@ -2,42 +2,58 @@ package signals
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
+
+	"github.com/leasebus/leasebus/lease"
 )
 
-// A given-up acquire is one whose outcome was unknown (its reply was lost:
-// a timeout, a cut connection, its ctx ended after it was sent) and that
-// settleAcquire stopped settling: it tried the lease for the same owner for
-// a TTL without getting it, or found it held by someone else. Redis may
-// still run it later: a server that stopped answering (SIGSTOP, a VM
-// paused, a network that black-holed the connection and then healed) runs
-// the commands written to it before it stopped once it answers again, also
-// after the client closed the connection. Such an acquire leases the thread
-// to a run that never starts. Before, the thread then waited a whole TTL: a
-// later Send from this process reported Forwarded to its own dead run, one
-// from a peer ran only once that lease lapsed
-// (TestLateAcquireAfterSettleIsAdopted).
+// A given-up acquire is one whose outcome is unknown (its reply was lost: a
+// timeout, a cut connection, its ctx ended after it was sent), and a
+// given-up hand-off a transfer whose outcome is unknown. Redis may run
+// either later: a server that stopped answering (SIGSTOP, a VM paused, a
+// network that black-holed the connection and then healed) runs the
+// commands written to it before it stopped once it answers again, also
+// after the client closed the connection, and each connection's bytes may
+// come in at a different time. Each such call leases the thread to a run
+// that never starts (the acquire's, or the hand-off's next run). Before,
+// the thread then waited a whole TTL: a later Send from this process
+// reported Forwarded to its own dead run, one from a peer ran only once
+// that lease lapsed (TestLateAcquireAfterSettleIsAdopted,
+// TestHandOffReplyLostIsAdopted).
 //
-// So this process remembers the owners of its given-up acquires per thread,
-// and takes such a lease over for the run it was for (wakeAs: an acquire
-// for the same owner, which the lease grants, keeping its token): when one
-// of its own tries of the thread finds it held by such an owner (a Send, a
-// notice handler, the lapse watch), and when the fan-out watch sees a wake
-// notice whose Send was forwarded to such an owner (a peer's Send). The
-// tenure that starts reads the inbox and releases the thread when nothing
-// waits. Owners are unique per run (Runtime.newRun), so a lease of another
+// So this process remembers, per thread, the owners of its calls with an
+// unknown outcome, from the moment the outcome is unknown (a settle of the
+// acquire starts: settleAcquire), and takes such a lease over for the run
+// it was for (wakeAs: an acquire for the same owner, which the lease
+// grants, keeping its token): when one of its own tries of the thread finds
+// it held by such an owner (a Send, a notice handler, the lapse watch, a
+// settle's try), when the fan-out watch sees a wake notice whose Send was
+// forwarded to such an owner (a peer's Send), and when a tenure whose
+// hand-off failed that way ends with its lease lost. The tenure that starts
+// reads the inbox and releases the thread when nothing waits. An owner is
+// not forgotten when its lease is taken over: an acquire sent several times
+// for it (a Send's, then the settle's tries) may lease the thread to it
+// again later (TestLateStragglerAfterTakeover), and is taken over again. A
+// late lease that was revoked meanwhile is released (its run never
+// started) rather than taken over. Close releases the leases such owners
+// hold. Owners are unique per run (Runtime.newRun), so a lease of another
 // runtime is never taken for one of this runtime's, even when both use the
 // same WithProcessID.
 //
-// State: up to givenUpPerThread owners per thread, each from the settle's
-// end until its lease was taken over or for givenUpFor, in a map of at most
-// givenUpMax threads (beyond it the oldest entry is forgotten). A late
-// acquire this process no longer remembers leaves the thread to wait for
-// its lease's TTL, as before. The map is empty unless acquires were given
-// up, which takes a server that stopped answering for longer than a TTL.
+// State: up to givenUpPerThread owners per thread (the newest), each for
+// givenUpFor after it was noted, in a map of at most givenUpMax threads
+// (beyond it, expired entries are swept, then an eighth of the threads are
+// forgotten, in map order). Expired entries are swept as soon as the oldest
+// has expired (TestGivenUpSweptWhenExpired), so the map is empty, and costs
+// the paths that consult it one atomic load, except within givenUpFor of a
+// call whose outcome was unknown. A late call this process no longer
+// remembers (after givenUpFor, after Close, or forgotten) leaves the thread
+// to wait for its lease's TTL, as before.
 type givenUpLease struct {
 	runID, owner string
-	at           time.Time // when the settle gave up
+	at           time.Time // when it was noted
 }
 
 const (
@@ -46,43 +62,67 @@ const (
 	givenUpPerThread = 4
 )
 
-// noteGivenUp remembers that the acquire of thread's lease for owner (run
-// runID) was given up.
+// noteGivenUp remembers that a call leasing thread to owner (run runID) has
+// an unknown outcome. Noting an owner again moves its entry to now.
 func (rt *Runtime) noteGivenUp(thread, runID, owner string, now time.Time) {
 	rt.guMu.Lock()
 	defer rt.guMu.Unlock()
 	if rt.givenUp == nil {
 		rt.givenUp = make(map[string][]givenUpLease)
 	}
+	rt.sweepGivenUpDue(now)
 	if _, ok := rt.givenUp[thread]; !ok && len(rt.givenUp) >= givenUpMax {
 		rt.sweepGivenUp(now)
-	}
-	if _, ok := rt.givenUp[thread]; !ok && len(rt.givenUp) >= givenUpMax {
-		// Still full: forget the thread whose newest entry is oldest.
-		var oldest string
-		var at time.Time
-		for th, l := range rt.givenUp {
-			if t := l[len(l)-1].at; oldest == "" || t.Before(at) {
-				oldest, at = th, t
+		// Still full: forget an eighth of the threads, so that the next
+		// sweep comes after as many inserts (O(1) per insert).
+		if len(rt.givenUp) >= givenUpMax {
+			drop := givenUpMax / 8
+			for th := range rt.givenUp {
+				if drop == 0 {
+					break
+				}
+				delete(rt.givenUp, th)
+				drop--
 			}
 		}
-		delete(rt.givenUp, oldest)
 	}
 	l := rt.givenUp[thread]
+	for i, g := range l {
+		if g.owner == owner {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
 	if len(l) >= givenUpPerThread {
 		l = append(l[:0], l[1:]...)
 	}
 	rt.givenUp[thread] = append(l, givenUpLease{runID: runID, owner: owner, at: now})
+	if rt.guSweepAt.IsZero() {
+		rt.guSweepAt = now.Add(givenUpFor)
+	}
 	rt.guLen.Store(int64(len(rt.givenUp)))
 }
 
-// sweepGivenUp forgets the entries older than givenUpFor. rt.guMu is held.
+// sweepGivenUpDue sweeps when the oldest entry may have expired. rt.guMu
+// is held.
+func (rt *Runtime) sweepGivenUpDue(now time.Time) {
+	if !rt.guSweepAt.IsZero() && !now.Before(rt.guSweepAt) {
+		rt.sweepGivenUp(now)
+	}
+}
+
+// sweepGivenUp forgets the entries older than givenUpFor and sets when the
+// next one expires. rt.guMu is held.
 func (rt *Runtime) sweepGivenUp(now time.Time) {
+	var oldest time.Time
 	for th, l := range rt.givenUp {
 		keep := l[:0]
 		for _, g := range l {
 			if now.Sub(g.at) < givenUpFor {
 				keep = append(keep, g)
+				if oldest.IsZero() || g.at.Before(oldest) {
+					oldest = g.at
+				}
 			}
 		}
 		if len(keep) == 0 {
@@ -91,16 +131,22 @@ func (rt *Runtime) sweepGivenUp(now time.Time) {
 			rt.givenUp[th] = keep
 		}
 	}
+	rt.guSweepAt = time.Time{}
+	if !oldest.IsZero() {
+		rt.guSweepAt = oldest.Add(givenUpFor)
+	}
+	rt.guLen.Store(int64(len(rt.givenUp)))
 }
 
-// givenUpRun returns the run of a given-up acquire of thread's lease for
-// owner, if this process remembers one.
+// givenUpRun returns the run of a remembered call of unknown outcome that
+// leases thread to owner.
 func (rt *Runtime) givenUpRun(thread, owner string, now time.Time) (runID string, ok bool) {
 	if owner == "" || rt.guLen.Load() == 0 {
 		return "", false
 	}
 	rt.guMu.Lock()
 	defer rt.guMu.Unlock()
+	rt.sweepGivenUpDue(now)
 	for _, g := range rt.givenUp[thread] {
 		if g.owner == owner && now.Sub(g.at) < givenUpFor {
 			return g.runID, true
@@ -109,14 +155,15 @@ func (rt *Runtime) givenUpRun(thread, owner string, now time.Time) (runID string
 	return "", false
 }
 
-// hasGivenUp reports whether this process remembers a given-up acquire of
-// thread's lease.
+// hasGivenUp reports whether this process remembers a call of unknown
+// outcome leasing thread.
 func (rt *Runtime) hasGivenUp(thread string, now time.Time) bool {
 	if rt.guLen.Load() == 0 {
 		return false
 	}
 	rt.guMu.Lock()
 	defer rt.guMu.Unlock()
+	rt.sweepGivenUpDue(now)
 	for _, g := range rt.givenUp[thread] {
 		if now.Sub(g.at) < givenUpFor {
 			return true
@@ -125,40 +172,16 @@ func (rt *Runtime) hasGivenUp(thread string, now time.Time) bool {
 	return false
 }
 
-// forgetGivenUp forgets the given-up acquire of thread's lease for owner:
-// its lease was taken over.
-func (rt *Runtime) forgetGivenUp(thread, owner string) {
-	if rt.guLen.Load() == 0 {
-		return
-	}
-	rt.guMu.Lock()
-	defer rt.guMu.Unlock()
-	l := rt.givenUp[thread]
-	for i, g := range l {
-		if g.owner == owner {
-			l = append(l[:i], l[i+1:]...)
-			break
-		}
-	}
-	if len(l) == 0 {
-		delete(rt.givenUp, thread)
-	} else {
-		rt.givenUp[thread] = l
-	}
-	rt.guLen.Store(int64(len(rt.givenUp)))
-}
-
 // adoptLate takes thread over when a wake notice says its Send was
-// forwarded to owner and owner is the run of one of this process's given-up
-// acquires (onWatch): in the background, one try at a time per thread,
-// bounded by a TTL and by Close giving up. The try is wake's: it finds the
-// lease held by that owner and takes it over, or finds it free and takes
-// it, or finds another owner and leaves it.
+// forwarded to owner and owner is the run of one of this process's calls of
+// unknown outcome (onWatch): in the background, one try at a time per
+// thread, bounded by a TTL and by Close giving up. The try is wake's: it
+// finds the lease held by that owner and takes it over, or finds it free
+// and takes it, or finds another owner and leaves it.
 //
-// With owner "" it tries whenever this process remembers a given-up
-// acquire or hand-off of thread (a tenure of it ended with its lease lost:
-// a hand-off whose reply was lost may have moved the lease to a run that
-// never starts).
+// With owner "" it tries whenever this process remembers such a call for
+// thread (a tenure of it ended with its lease lost: a hand-off whose reply
+// was lost may have moved the lease to a run that never starts).
 func (rt *Runtime) adoptLate(thread, owner string) {
 	if owner == "" {
 		if !rt.hasGivenUp(thread, time.Now()) {
@@ -191,4 +214,65 @@ func (rt *Runtime) adoptLate(thread, owner string) {
 			s.kick()
 		}
 	}()
+}
+
+// adopt takes thread's lease over for late, the run of a call of unknown
+// outcome that owner (its owner) holds the lease for: wakeAs for that run.
+// When that lease was revoked meanwhile (its run never started) it
+// releases it and tries the thread once more for a new run.
+func (rt *Runtime) adopt(ctx context.Context, thread string, recovery bool, late, owner string) (*session, bool, holderInfo, error) {
+	s, created, holder, err := rt.wakeAs(ctx, thread, recovery, late, owner)
+	var re *lease.RevokedError
+	if !errors.As(err, &re) {
+		return s, created, holder, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, closeGrace)
+	rerr := rt.lp.ReleaseLease(rctx, LeaseKey(thread), owner)
+	cancel()
+	if rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
+		rt.log.Warn("signals: releasing a revoked lease of a run that never started failed; it expires after its TTL",
+			"thread", thread, "owner", owner, "err", rerr)
+		return nil, false, holderInfo{owner: owner}, nil
+	}
+	return rt.wakeAs(ctx, thread, recovery, "", "")
+}
+
+// releaseGivenUp releases, as Close ends, the leases that the remembered
+// calls of unknown outcome may hold (a no-op for the others), so that the
+// live runtimes take those threads at once rather than after their TTL
+// (TestCloseReleasesLateLeases). Up to 16 at a time, each bounded by
+// closeGrace and all by ctx.
+func (rt *Runtime) releaseGivenUp(ctx context.Context) {
+	if rt.guLen.Load() == 0 {
+		return
+	}
+	type entry struct{ thread, owner string }
+	now := time.Now()
+	var all []entry
+	rt.guMu.Lock()
+	for th, l := range rt.givenUp {
+		for _, g := range l {
+			if now.Sub(g.at) < givenUpFor {
+				all = append(all, entry{th, g.owner})
+			}
+		}
+	}
+	rt.guMu.Unlock()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, e := range all {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rctx, cancel := context.WithTimeout(ctx, closeGrace)
+			defer cancel()
+			_ = rt.lp.ReleaseLease(rctx, LeaseKey(e.thread), e.owner)
+		})
+	}
+	wg.Wait()
 }

@@ -167,10 +167,7 @@ func TestLateAcquireAfterSettleIsAdopted(t *testing.T) {
 			t.Errorf("signal %s ran %d times, want once", id, k)
 		}
 	}
-	// What the runtime remembered of those acquires went with the takeover.
-	for _, th := range append(locals, peers...) {
-		if k := signals.GivenUp(a, th); k != 0 {
-			t.Errorf("thread %s: %d given-up acquires still remembered after the takeover", th, k)
-		}
-	}
+	// (The runtime keeps remembering those runs for givenUpFor: another
+	// copy of an acquire may come later, TestLateStragglerAfterTakeover;
+	// TestGivenUpSweptWhenExpired shows the entries go.)
 }

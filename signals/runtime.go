@@ -131,9 +131,10 @@ type Runtime struct {
 
 	// givenUp holds the owners of the acquires settleAcquire gave up on,
 	// per thread (givenup.go); guLen is its length, read without guMu.
-	guMu    sync.Mutex
-	givenUp map[string][]givenUpLease
-	guLen   atomic.Int64
+	guMu      sync.Mutex
+	givenUp   map[string][]givenUpLease
+	guSweepAt time.Time // when the oldest entry expires (zero: none)
+	guLen     atomic.Int64
 	// adopting holds the threads adoptLate is trying now (under mu).
 	adopting map[string]bool
 }
@@ -295,12 +296,16 @@ func runOf(owner string) string {
 // and releases the thread when nothing waits (or, once Close began,
 // releases it), so the thread does not stay leased to a run that never
 // starts. One that Redis runs only after that (it was stopped, or the
-// network held the connection's packets, for longer than a TTL) is taken
-// over when a Send, a wake notice or the lapse watch of this runtime next
-// finds the thread leased to that run, or a peer's Send is forwarded to it
-// (givenup.go: TestLateAcquireAfterSettleIsAdopted); this process
-// remembers such runs for 10 minutes, after which the thread waits for the
-// lease's TTL.
+// network held the connection's packets, for longer than a TTL), however
+// many copies of it, is taken over when a Send, a wake notice or the lapse
+// watch of this runtime next finds the thread leased to that run, or a
+// peer's Send is forwarded to it (givenup.go:
+// TestLateAcquireAfterSettleIsAdopted, TestLateStragglerAfterTakeover);
+// Close releases such leases. This process remembers such runs for 10
+// minutes; after that, or once it closed, a late copy leaves the thread to
+// wait for the lease's TTL. Taking the thread over costs this Send a
+// second acquire: when its ctx ends during that one, Send returns "not
+// stored (retry it)" (TestShortSendToLateLease).
 //
 // Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
 // Any other error means the signal may or may not run: retry with the same
@@ -568,19 +573,17 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 				// Held by a run of this process whose acquire was given
 				// up and ran late (givenup.go): take it over for that run.
 				rt.wg.Done()
-				return rt.wakeAs(ctx, thread, recovery, late, s.holder.owner)
+				return rt.adopt(ctx, thread, recovery, late, s.holder.owner)
 			}
 		}
 		if s.err != nil && !settling && !sentNothing && outcomeUnknown(s.err) {
+			rt.noteGivenUp(thread, runID, owner, time.Now())
 			rt.settleAcquire(thread, runID, owner) // (before wg.Done: Close waits for it)
 		}
 		rt.wg.Done()
 		return nil, false, s.holder, s.err
 	}
 	s.held, s.runID, s.acquired = held, runID, true
-	if settling {
-		rt.forgetGivenUp(thread, owner)
-	}
 	if !recovery {
 		s.sending.Add(1) // a Send's acquire: it publishes the signal next (Send)
 	}
@@ -612,8 +615,11 @@ func outcomeUnknown(err error) bool {
 // to the recovery interval, until that settles it: the lease granted (a
 // Recovered tenure starts and reads the inbox, and releases the thread
 // when nothing waits), held by another owner (the first acquire did not
-// take it, or lost it since), or a local tenure of the thread. It gives up
-// after a lease TTL (a lease the first acquire took has expired by then).
+// take it, or lost it since), or a local tenure of the thread (a result
+// that says the lease is held by this very owner, a Send's try it waited
+// for, is tried again). It gives up after a lease TTL; a copy of the
+// acquire that Redis runs after that is taken over when it is found, since
+// the owner is remembered from the start (givenup.go).
 // When Close begins it releases the lease for that owner instead (a no-op
 // unless the first acquire took it; bounded by closeGrace and by Close
 // giving up), so that the live runtimes can take the thread at once
@@ -646,19 +652,21 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 				return
 			}
 			ctx, cancel := context.WithDeadline(rt.hardCtx, giveUp)
-			s, created, _, err := rt.wakeAs(ctx, thread, true, runID, owner)
+			s, _, holder, err := rt.wakeAs(ctx, thread, true, runID, owner)
 			cancel()
 			switch {
-			case err == nil && created:
-				s.kick() // the first acquire took it: its tenure starts
-				return
+			case err == nil && s == nil && holder.owner == owner:
+				// The result of a Send's try that this one waited for:
+				// held by this very owner. Try again (that Send, finding
+				// it so, took it over itself: givenup.go).
 			case err == nil:
-				// Held by another owner, or by a local tenure of another
-				// run: the first acquire has not taken it (yet).
+				// Taken (a tenure of this run or of another one runs
+				// here), or held by another owner: settled. A copy of
+				// the first acquire that comes later is taken over when
+				// it is found (givenup.go).
 				if s != nil {
 					s.kick()
 				}
-				rt.noteGivenUp(thread, runID, owner, time.Now())
 				return
 			case errors.Is(err, ErrClosed):
 				handBack()
@@ -670,7 +678,6 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 				return
 			}
 		}
-		rt.noteGivenUp(thread, runID, owner, time.Now())
 	}()
 }
 
@@ -1152,6 +1159,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			<-rt.tidyDone
 			<-rt.lapse.done
 			rt.tidyLast()
+			rt.releaseGivenUp(rt.tearCtx)
 			_ = rt.handBackNotices()
 			cerr := rt.ctl.Close() // cancels from now on are unreachable: fail closed
 			rt.hardCancel()

@@ -187,6 +187,125 @@ func revWaitFor(t *testing.T, what string, d time.Duration, cond func() bool) bo
 	return true
 }
 
+// lateFix is the scene of the late-lease tests: runtime A (its acquires of
+// thread th can lose their replies: hook) and a second runtime on the same
+// redis-server (B, or with peerID "A" one sharing A's process ID), both
+// warmed, and a client to read the thread's lease.
+type lateFix struct {
+	t        *testing.T
+	ctx      context.Context
+	rc       *redis.Client
+	a, b     *signals.Runtime
+	stopA    func()
+	rcA, rcB runCounter
+	hook     *loseAcquires
+	look     *redisstreams.Backend
+	th       string
+	ttl      time.Duration
+}
+
+// newLateFix starts the scene with lease TTL ttl (the recovery interval a
+// tenth of it, the linger a thirtieth).
+func newLateFix(t *testing.T, prefix, th, peerID string, ttl time.Duration) *lateFix {
+	t.Helper()
+	srv, rc := startRedis(t)
+	f := &lateFix{t: t, ctx: context.Background(), rc: rc, hook: &loseAcquires{thread: th}, th: th, ttl: ttl}
+	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(ttl / 10), signals.WithLinger(ttl / 30)}
+	f.a, f.stopA = urlRuntime(t, srv.URL(), prefix, "A", f.rcA.agent, f.hook, opts...)
+	f.b, _ = urlRuntime(t, srv.URL(), prefix, peerID, f.rcB.agent, nil, opts...)
+	for i, rt := range []*signals.Runtime{f.a, f.b} {
+		id := fmt.Sprint("warm-", i)
+		if _, err := rt.Send(f.ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return f.ran(id) > 0 })
+	}
+	look, err := redisstreams.NewURL(f.ctx, srv.URL(), redisstreams.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = look.Close() })
+	f.look = look
+	return f
+}
+
+// ran returns how many times signal id ran, on either runtime.
+func (f *lateFix) ran(id string) int { return f.rcA.of(id) + f.rcB.of(id) }
+
+// ownerOf returns the owner of the thread's lease ("" when free).
+func (f *lateFix) ownerOf() string {
+	o, err := f.look.GetLeaseOwner(f.ctx, signals.LeaseKey(f.th))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// loseSend makes a Send of s1 from A with a 200ms ctx whose acquire's
+// reply is lost, and the replies of its settle's tries for settle (the
+// settle ends after a TTL: settle = 0 waits for that). It returns the
+// run's owner and the acquires sent for it, for replay.
+func (f *lateFix) loseSend(settle time.Duration) (owner string, lost [][]any) {
+	f.t.Helper()
+	f.hook.armed.Store(true)
+	sctx, cancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+	_, err := f.a.Send(sctx, f.th, signals.Signal{ID: "s1", Type: "t"})
+	cancel()
+	f.t.Logf("Send s1 with its acquire's reply lost: %v", err)
+	if settle == 0 {
+		settleOver(f.t, f.a, f.th, f.ttl)
+	} else {
+		time.Sleep(settle)
+	}
+	f.hook.armed.Store(false)
+	owner, lost = f.hook.snapshot()
+	f.t.Logf("owner %s: %d acquires with unknown outcome (Send's + settle's tries)", owner, len(lost))
+	if len(lost) == 0 {
+		f.t.Fatal("premise: no acquire was lost")
+	}
+	return owner, lost
+}
+
+// replay runs a lost acquire on the server now (late) and checks that it
+// leased the thread to owner.
+func (f *lateFix) replay(cmd []any, owner string) {
+	f.t.Helper()
+	if err := f.rc.Do(f.ctx, cmd...).Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	if o := f.ownerOf(); o != owner {
+		f.t.Fatalf("premise: after the late acquire the owner is %q, want %q", o, owner)
+	}
+}
+
+// ranOnce checks that each of ids ran exactly once.
+func (f *lateFix) ranOnce(ids ...string) {
+	f.t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	for _, id := range ids {
+		if k := f.ran(id); k != 1 {
+			f.t.Errorf("signal %s ran %d times, want once", id, k)
+		}
+	}
+}
+
+// ranWithin checks that ids all ran within d of start (else reports when).
+func (f *lateFix) ranWithin(start time.Time, d time.Duration, ids ...string) {
+	f.t.Helper()
+	all := func() bool {
+		for _, id := range ids {
+			if f.ran(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !revWaitFor(f.t, fmt.Sprint(ids, " ran"), d-time.Since(start), all) {
+		revWaitFor(f.t, fmt.Sprint(ids, " ran at all"), 4*f.ttl, all)
+		f.t.Logf("%v ran after %v (lease TTL %v)", ids, time.Since(start).Round(time.Millisecond), f.ttl)
+	}
+}
+
 // TestLateStragglerAfterTakeover: an acquire of unknown outcome is not one
 // command but several for the same owner (a Send's, then each of the
 // settle's tries), which Redis may run at different times after a stall.
@@ -198,95 +317,37 @@ func revWaitFor(t *testing.T, what string, d time.Duration, cond func() bool) bo
 // (helper 19): the owner was forgotten at the first takeover, and s3, s4
 // ran after the whole TTL (3.02s).
 func TestLateStragglerAfterTakeover(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 3 * time.Second
-	const th = "strag-thread"
-	var rcA, rcB runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a, _ := urlRuntime(t, srv.URL(), "strag", "A", rcA.agent, hook, opts...)
-	b, _ := urlRuntime(t, srv.URL(), "strag", "B", rcB.agent, nil, opts...)
-	ran := func(id string) int { return rcA.of(id) + rcB.of(id) }
-	for i, rt := range []*signals.Runtime{a, b} {
-		id := fmt.Sprint("warm-", i)
-		if _, err := rt.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return ran(id) > 0 })
-	}
-	look, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "strag"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer look.Close()
-	ownerOf := func() string {
-		o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	t.Logf("Send s1 with its acquire's reply lost: %v", err)
-	// The settle tries for a TTL (each try's reply lost too), then gives up.
-	settleOver(t, a, th, ttl)
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	t.Logf("owner %s: %d acquires with unknown outcome (Send's + settle's tries)", owner, len(lost))
+	f := newLateFix(t, "strag", "strag-thread", "B", 3*time.Second)
+	owner, lost := f.loseSend(0)
 	if len(lost) < 2 {
 		t.Fatalf("premise: want the Send's acquire and at least one settle try, got %d", len(lost))
 	}
-	revWaitFor(t, "thread free after s1", 3*ttl, func() bool { return ownerOf() == "" })
+	revWaitFor(t, "thread free after s1", 3*f.ttl, func() bool { return f.ownerOf() == "" })
 
-	// The first copy arrives: the thread is leased to the dead run.
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
+	// The first copy arrives; a peer's Send is forwarded to it; A takes it
+	// over and runs s2, then that tenure releases.
+	f.replay(lost[0], owner)
+	if _, err := f.b.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if o := ownerOf(); o != owner {
-		t.Fatalf("premise: after the late acquire the owner is %q", o)
-	}
-	// A peer's Send is forwarded to it; A adopts and runs s2, then the
-	// adopted tenure releases.
-	if _, err := b.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	revWaitFor(t, "s2 ran (adopted)", time.Second, func() bool { return ran("s2") > 0 })
-	revWaitFor(t, "adopted tenure released", 3*ttl, func() bool { return ownerOf() == "" })
-	t.Logf("after the takeover, given-up entries remembered: %d", signals.GivenUp(a, th))
+	revWaitFor(t, "s2 ran (taken over)", time.Second, func() bool { return f.ran("s2") > 0 })
+	revWaitFor(t, "the tenure released", 3*f.ttl, func() bool { return f.ownerOf() == "" })
 
 	// A second copy for the same owner (a settle try) arrives now.
-	if err := rc.Do(ctx, lost[len(lost)-1]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if o := ownerOf(); o != owner {
-		t.Fatalf("premise: after the straggler the owner is %q", o)
-	}
+	f.replay(lost[len(lost)-1], owner)
 	start := time.Now()
-	if _, err := b.Send(ctx, th, signals.Signal{ID: "s3", Type: "t"}); err != nil {
+	if _, err := f.b.Send(f.ctx, f.th, signals.Signal{ID: "s3", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	acc, err := a.Send(ctx, th, signals.Signal{ID: "s4", Type: "t"})
+	acc, err := f.a.Send(f.ctx, f.th, signals.Signal{ID: "s4", Type: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if acc.Action == signals.Forwarded && acc.Owner == owner {
 		t.Errorf("Send from A: Forwarded to %s, A's own dead run (forgotten at the takeover)", acc.Owner)
 	}
-	ok := revWaitFor(t, "s3 and s4 ran", 1500*time.Millisecond, func() bool { return ran("s3") > 0 && ran("s4") > 0 })
-	if !ok {
-		revWaitFor(t, "s3 and s4 ran at all", 3*ttl, func() bool { return ran("s3") > 0 && ran("s4") > 0 })
-		t.Logf("s3, s4 ran after %v (lease TTL %v)", time.Since(start).Round(time.Millisecond), ttl)
-	}
-	for _, id := range []string{"s2", "s3", "s4"} {
-		if k := ran(id); k != 1 {
-			t.Errorf("signal %s ran %d times", id, k)
-		}
-	}
+	f.ranWithin(start, 1500*time.Millisecond, "s3", "s4")
+	f.ranOnce("s2", "s3", "s4")
 }
 
 // TestCloseReleasesLateLeases: a late acquire leased a thread to a dead run
@@ -294,58 +355,17 @@ func TestLateStragglerAfterTakeover(t *testing.T) {
 // (givenup.go), so a peer's signal runs within 1.5s (TTL 3s). Review revN:
 // after 3.01s, the whole TTL, before Close did so.
 func TestCloseReleasesLateLeases(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 3 * time.Second
-	const th = "closelate-thread"
-	var rcA, rcB runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a, stopA := urlRuntime(t, srv.URL(), "closelate", "A", rcA.agent, hook, opts...)
-	b, _ := urlRuntime(t, srv.URL(), "closelate", "B", rcB.agent, nil, opts...)
-	ran := func(id string) int { return rcA.of(id) + rcB.of(id) }
-	for i, rt := range []*signals.Runtime{a, b} {
-		id := fmt.Sprint("warm-", i)
-		if _, err := rt.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return ran(id) > 0 })
-	}
-	look, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "closelate"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer look.Close()
-	ownerOf := func() string {
-		o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	settleOver(t, a, th, ttl)
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if o := ownerOf(); o != owner {
-		t.Fatalf("premise: owner %q", o)
-	}
-	stopA() // A closes, remembering owner as a given-up run of this thread
-	t.Logf("after A's Close the thread's owner is %q", ownerOf())
+	f := newLateFix(t, "closelate", "closelate-thread", "B", 3*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
+	f.stopA() // A closes, remembering owner as a run of unknown outcome
+	t.Logf("after A's Close the thread's owner is %q", f.ownerOf())
 	start := time.Now()
-	if _, err := b.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
+	if _, err := f.b.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if !revWaitFor(t, "s2 ran on B", 1500*time.Millisecond, func() bool { return ran("s2") > 0 }) {
-		revWaitFor(t, "s2 ran at all", 3*ttl, func() bool { return ran("s2") > 0 })
-		t.Logf("s2 ran after %v (lease TTL %v)", time.Since(start).Round(time.Millisecond), ttl)
-	}
+	f.ranWithin(start, 1500*time.Millisecond, "s2")
+	f.ranOnce("s2")
 }
 
 // TestSendToRevokedLateLease: an operator revokes (not forced) the lease a
@@ -356,65 +376,26 @@ func TestCloseReleasesLateLeases(t *testing.T) {
 // Review revN: A's Sends returned an error, and the signals ran only after
 // the TTL (3.01s).
 func TestSendToRevokedLateLease(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 3 * time.Second
-	const th = "revoked-thread"
-	var rcA, rcB runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a, _ := urlRuntime(t, srv.URL(), "revoked", "A", rcA.agent, hook, opts...)
-	b, _ := urlRuntime(t, srv.URL(), "revoked", "B", rcB.agent, nil, opts...)
-	ran := func(id string) int { return rcA.of(id) + rcB.of(id) }
-	for i, rt := range []*signals.Runtime{a, b} {
-		id := fmt.Sprint("warm-", i)
-		if _, err := rt.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return ran(id) > 0 })
-	}
-	look, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "revoked"})
-	if err != nil {
+	f := newLateFix(t, "revoked", "revoked-thread", "B", 3*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
+	if err := f.look.RevokeLease(f.ctx, signals.LeaseKey(f.th), "stuck on a dead run"); err != nil {
 		t.Fatal(err)
 	}
-	defer look.Close()
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	settleOver(t, a, th, ttl)
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := look.RevokeLease(ctx, signals.LeaseKey(th), "stuck on a dead run"); err != nil {
-		t.Fatal(err)
-	}
-	accB, errB := b.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"})
+	start := time.Now()
+	accB, errB := f.b.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"})
 	t.Logf("peer B's Send: %+v, %v", accB, errB)
 	for i := range 3 {
 		id := fmt.Sprint("a", i)
-		acc, err := a.Send(ctx, th, signals.Signal{ID: id, Type: "t"})
+		acc, err := f.a.Send(f.ctx, f.th, signals.Signal{ID: id, Type: "t"})
 		if err != nil {
 			t.Errorf("A's Send %s to a thread whose late lease (%s) was revoked: %v", id, owner, err)
 		} else {
 			t.Logf("A's Send %s: %+v", id, acc)
 		}
 	}
-	start := time.Now()
-	for _, id := range []string{"s2", "a0", "a1", "a2"} {
-		if !revWaitFor(t, "ran "+id, 1500*time.Millisecond, func() bool { return ran(id) > 0 }) {
-			revWaitFor(t, "ran "+id+" at all", 4*ttl, func() bool { return ran(id) > 0 })
-		}
-	}
-	t.Logf("s2, a0-a2 ran %v after the Sends (TTL %v)", time.Since(start).Round(time.Millisecond), ttl)
-	time.Sleep(200 * time.Millisecond)
-	for _, id := range []string{"s2", "a0", "a1", "a2"} {
-		if k := ran(id); k != 1 {
-			t.Errorf("signal %s ran %d times, want once", id, k)
-		}
-	}
+	f.ranWithin(start, 1500*time.Millisecond, "s2", "a0", "a1", "a2")
+	f.ranOnce("s2", "a0", "a1", "a2")
 }
 
 // TestShortSendToLateLease: a Send from A to a thread leased to a dead run
@@ -424,99 +405,51 @@ func TestSendToRevokedLateLease(t *testing.T) {
 // takeover it returned Forwarded after one acquire): the retry with the
 // same signal succeeds, and the signal runs once.
 func TestShortSendToLateLease(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 3 * time.Second
-	const th = "short-thread"
-	var rcA, rcB runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a, _ := urlRuntime(t, srv.URL(), "short", "A", rcA.agent, hook, opts...)
-	ran := func(id string) int { return rcA.of(id) + rcB.of(id) }
-	id := "warm"
-	if _, err := a.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	revWaitFor(t, "warm", 5*time.Second, func() bool { return ran(id) > 0 })
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
+	f := newLateFix(t, "short", "short-thread", "B", 3*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
+	f.hook.slow.Store(owner) // the takeover's acquire is slow
+	sctx, scancel := context.WithTimeout(f.ctx, 200*time.Millisecond)
+	acc, err := f.a.Send(sctx, f.th, signals.Signal{ID: "s2", Type: "t"})
 	scancel()
-	settleOver(t, a, th, ttl)
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	hook.slow.Store(owner) // the takeover's acquire is slow
-	sctx, scancel = context.WithTimeout(ctx, 200*time.Millisecond)
-	acc, err := a.Send(sctx, th, signals.Signal{ID: "s2", Type: "t"})
-	scancel()
-	hook.slow.Store("")
+	f.hook.slow.Store("")
 	t.Logf("Send with a 200ms ctx, the takeover's acquire slow: %+v, %v", acc, err)
 	if err != nil {
 		if !strings.Contains(err.Error(), "not stored (retry it)") {
 			t.Fatalf("Send: %v; want nil or a 'not stored (retry it)' error", err)
 		}
 		// Retried with the same signal: stored and run, once.
-		if acc, err = a.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
+		if _, err = f.a.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"}); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 	}
-	revWaitFor(t, "s2 ran", 1500*time.Millisecond, func() bool { return ran("s2") > 0 })
-	time.Sleep(200 * time.Millisecond)
-	if k := ran("s2"); k != 1 {
-		t.Errorf("s2 ran %d times, want once", k)
-	}
+	f.ranWithin(time.Now(), 1500*time.Millisecond, "s2")
+	f.ranOnce("s2")
 }
 
 // TestCloseRacesAdoptLate: a peer's Sends forwarded to a dead run A
 // remembers (each an adoptLate on A's fan-out watch) while A closes: no
 // panic, no race, Close returns, and the signals all run once (review revN).
 func TestCloseRacesAdoptLate(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 2 * time.Second
-	const th = "closerace-thread"
-	var rcA, rcB runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(200 * time.Millisecond), signals.WithLinger(50 * time.Millisecond)}
-	a, _ := urlRuntime(t, srv.URL(), "closerace", "A", rcA.agent, hook, opts...)
-	b, _ := urlRuntime(t, srv.URL(), "closerace", "B", rcB.agent, nil, opts...)
-	ran := func(id string) int { return rcA.of(id) + rcB.of(id) }
-	for i, rt := range []*signals.Runtime{a, b} {
-		id := fmt.Sprint("warm-", i)
-		if _, err := rt.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return ran(id) > 0 })
-	}
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	settleOver(t, a, th, ttl)
-	hook.armed.Store(false)
-	_, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	f := newLateFix(t, "closerace", "closerace-thread", "B", 2*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
 	var wg sync.WaitGroup
 	var ids []string
 	for i := range 40 {
 		id := fmt.Sprint("p", i)
 		ids = append(ids, id)
 		wg.Go(func() {
-			if _, err := b.Send(ctx, th, signals.Signal{ID: id, Type: "t"}); err != nil {
+			if _, err := f.b.Send(f.ctx, f.th, signals.Signal{ID: id, Type: "t"}); err != nil {
 				t.Error(err)
 			}
 		})
 		if i == 5 {
 			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				cctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
 				defer cancel()
 				start := time.Now()
-				if err := a.Close(cctx); err != nil {
+				if err := f.a.Close(cctx); err != nil {
 					t.Errorf("A Close: %v", err)
 				}
 				t.Logf("A closed in %v", time.Since(start).Round(time.Millisecond))
@@ -524,63 +457,30 @@ func TestCloseRacesAdoptLate(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	start := time.Now()
-	for _, id := range ids {
-		revWaitFor(t, "ran "+id, 4*ttl, func() bool { return ran(id) > 0 })
-	}
-	t.Logf("all ran %v after the sends", time.Since(start).Round(time.Millisecond))
-	time.Sleep(300 * time.Millisecond)
-	for _, id := range ids {
-		if k := ran(id); k != 1 {
-			t.Errorf("%s ran %d times", id, k)
-		}
-	}
+	f.ranWithin(time.Now(), 4*f.ttl, ids...)
+	f.ranOnce(ids...)
 }
 
-// TestSameProcessIDNoForeignTakeover: A1 and A2 share WithProcessID "A". A
-// late acquire leases the thread to a run of A1 that never started. A2's
+// TestSameProcessIDNoForeignTakeover: A and A2 share WithProcessID "A". A
+// late acquire leases the thread to a run of A that never started. A2's
 // Send must not take that lease over (it is not A2's run): it is Forwarded
-// to it, and A1 takes it over on seeing the notice; the signal runs once,
-// on A1 (review revN).
+// to it, and A takes it over on seeing the notice; the signal runs once,
+// on A (review revN).
 func TestSameProcessIDNoForeignTakeover(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 3 * time.Second
-	const th = "sameid-thread"
-	var rc1, rc2 runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a1, _ := urlRuntime(t, srv.URL(), "sameid", "A", rc1.agent, hook, opts...)
-	a2, _ := urlRuntime(t, srv.URL(), "sameid", "A", rc2.agent, nil, opts...)
-	ran := func(id string) int { return rc1.of(id) + rc2.of(id) }
-	for i, rt := range []*signals.Runtime{a1, a2} {
-		id := fmt.Sprint("warm-", i)
-		if _, err := rt.Send(ctx, id, signals.Signal{ID: id, Type: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		revWaitFor(t, "warm "+id, 5*time.Second, func() bool { return ran(id) > 0 })
-	}
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a1.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	settleOver(t, a1, th, ttl)
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	acc, err := a2.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"})
+	f := newLateFix(t, "sameid", "sameid-thread", "A", 3*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
+	acc, err := f.b.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if acc.Action != signals.Forwarded || acc.Owner != owner {
-		t.Errorf("A2's Send: %+v, want Forwarded to A1's run %s", acc, owner)
+		t.Errorf("A2's Send: %+v, want Forwarded to A's run %s", acc, owner)
 	}
-	revWaitFor(t, "s2 ran", time.Second, func() bool { return ran("s2") > 0 })
-	time.Sleep(200 * time.Millisecond)
-	if rc1.of("s2") != 1 || rc2.of("s2") != 0 {
-		t.Errorf("s2 ran %d times on A1, %d on A2; want once on A1", rc1.of("s2"), rc2.of("s2"))
+	f.ranWithin(time.Now(), time.Second, "s2")
+	f.ranOnce("s2")
+	if f.rcA.of("s2") != 1 || f.rcB.of("s2") != 0 {
+		t.Errorf("s2 ran %d times on A, %d on A2; want once on A", f.rcA.of("s2"), f.rcB.of("s2"))
 	}
 }
 
@@ -593,41 +493,20 @@ func TestSameProcessIDNoForeignTakeover(t *testing.T) {
 // it for another owner's and gave up, and the Send returned Forwarded to
 // O, A's own run that never started.
 func TestSettleTakesItsOwnLateLease(t *testing.T) {
-	srv, rc := startRedis(t)
-	ctx := context.Background()
-	const ttl = 4 * time.Second
-	const th = "settlewin-thread"
-	var rcA runCounter
-	hook := &loseAcquires{thread: th}
-	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(300 * time.Millisecond), signals.WithLinger(100 * time.Millisecond)}
-	a, _ := urlRuntime(t, srv.URL(), "settlewin", "A", rcA.agent, hook, opts...)
-	if _, err := a.Send(ctx, "warm", signals.Signal{ID: "warm", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	revWaitFor(t, "warm", 5*time.Second, func() bool { return rcA.of("warm") > 0 })
-	hook.armed.Store(true)
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, _ = a.Send(sctx, th, signals.Signal{ID: "s1", Type: "t"})
-	scancel()
-	time.Sleep(500 * time.Millisecond) // the settle runs, its tries lost
-	hook.armed.Store(false)
-	owner, lost := hook.snapshot()
-	if err := rc.Do(ctx, lost[0]...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	hook.slowOthers.Store(true)
+	f := newLateFix(t, "settlewin", "settlewin-thread", "B", 4*time.Second)
+	owner, lost := f.loseSend(500 * time.Millisecond) // the settle runs, its tries lost
+	f.replay(lost[0], owner)
+	f.hook.slowOthers.Store(true)
 	start := time.Now()
-	acc, err := a.Send(ctx, th, signals.Signal{ID: "s2", Type: "t"})
-	hook.slowOthers.Store(false)
+	acc, err := f.a.Send(f.ctx, f.th, signals.Signal{ID: "s2", Type: "t"})
+	f.hook.slowOthers.Store(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Send during the settle: %+v after %v; given-up entries now %d", acc, time.Since(start).Round(time.Millisecond), signals.GivenUp(a, th))
+	t.Logf("Send during the settle: %+v after %v", acc, time.Since(start).Round(time.Millisecond))
 	if acc.Action == signals.Forwarded && acc.Owner == owner {
 		t.Errorf("Send from A: Forwarded to %s, A's own run that never started (its settle still ran)", owner)
 	}
-	if !revWaitFor(t, "s2 ran", 1500*time.Millisecond, func() bool { return rcA.of("s2") > 0 }) {
-		revWaitFor(t, "s2 ran at all", 3*ttl, func() bool { return rcA.of("s2") > 0 })
-		t.Logf("s2 ran after %v", time.Since(start).Round(time.Millisecond))
-	}
+	f.ranWithin(start, 1500*time.Millisecond, "s2")
+	f.ranOnce("s2")
 }

@@ -27,31 +27,8 @@ func TestLateAcquireAfterSettleIsAdopted(t *testing.T) {
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	const ttl = 4 * time.Second
-	var (
-		mu  sync.Mutex
-		ran = map[string]int{}
-	)
-	agent := func(ctx context.Context, r *signals.Run) error {
-		for _, s := range r.Signals {
-			mu.Lock()
-			ran[s.ID]++
-			mu.Unlock()
-		}
-		for {
-			s, ok := r.Next(ctx)
-			if !ok {
-				return nil
-			}
-			mu.Lock()
-			ran[s.ID]++
-			mu.Unlock()
-		}
-	}
-	runsOf := func(id string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran[id]
-	}
+	var rc runCounter // one for both runtimes
+	agent, runsOf := rc.agent, rc.of
 	opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(500 * time.Millisecond)}
 	a, _ := urlRuntime(t, srv.URL(), "late", "A", agent, nil, opts...)
 	b, _ := urlRuntime(t, srv.URL(), "late", "B", agent, nil, opts...)

@@ -146,7 +146,13 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 // caught up with what it deleted, Flush no longer waiting for it), so that
 // a deletion the server runs after the caller gave up leaves nothing
 // behind in this process.
-func (b *Backend) deleteTopicStep(ctx context.Context, key, first, written string) (wait int64, err error) {
+func (b *Backend) deleteTopicStep(ctx context.Context, key, first, written string) (int64, error) {
+	// The step's own results: read by the caller only once step is over
+	// (ctx may end first, and step go on alone).
+	var (
+		wait int64
+		err  error
+	)
 	step := func() {
 		for {
 			// With a command go-redis never retries: a retried first call

@@ -1,6 +1,10 @@
 package signals
 
-import "github.com/leasebus/leasebus/pubsub"
+import (
+	"context"
+
+	"github.com/leasebus/leasebus/pubsub"
+)
 
 // Hooks are called at points of a tenure's end; a hook may block to hold the
 // tenure there.
@@ -40,3 +44,7 @@ func GivenUp(rt *Runtime, thread string) int {
 	defer rt.guMu.Unlock()
 	return len(rt.givenUp[thread])
 }
+
+// ReleaseGivenUp runs what Close does last for the runs of unknown outcome
+// rt remembers: it releases their leases (givenup.go).
+func ReleaseGivenUp(ctx context.Context, rt *Runtime) { rt.releaseGivenUp(ctx) }

@@ -240,8 +240,11 @@ func (rt *Runtime) adopt(ctx context.Context, thread string, recovery bool, late
 // releaseGivenUp releases, as Close ends, the leases that the remembered
 // calls of unknown outcome may hold (a no-op for the others), so that the
 // live runtimes take those threads at once rather than after their TTL
-// (TestCloseReleasesLateLeases). Up to 16 at a time, each bounded by
-// closeGrace and all by ctx.
+// (TestCloseReleasesLateLeases). All of them within one closeGrace (and
+// ctx), 64 at a time (the backend batches them): on a server that stopped
+// answering it adds about closeGrace to Close whatever their number
+// (TestCloseOnStalledServerManyGivenUp); a lease it did not release
+// expires after its TTL.
 func (rt *Runtime) releaseGivenUp(ctx context.Context) {
 	if rt.guLen.Load() == 0 {
 		return
@@ -258,21 +261,20 @@ func (rt *Runtime) releaseGivenUp(ctx context.Context) {
 		}
 	}
 	rt.guMu.Unlock()
-	sem := make(chan struct{}, 16)
+	ctx, cancel := context.WithTimeout(ctx, closeGrace)
+	defer cancel()
+	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, e := range all {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
 			return
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(ctx, closeGrace)
-			defer cancel()
-			_ = rt.lp.ReleaseLease(rctx, LeaseKey(e.thread), e.owner)
+			_ = rt.lp.ReleaseLease(ctx, LeaseKey(e.thread), e.owner)
 		})
 	}
-	wg.Wait()
 }

@@ -510,3 +510,36 @@ func TestSettleTakesItsOwnLateLease(t *testing.T) {
 	f.ranWithin(start, 1500*time.Millisecond, "s2")
 	f.ranOnce("s2")
 }
+
+// TestConcurrentSendsToLateLease: two Sends of A at once to a thread leased
+// to a run of A that never started. The first finds the lease held by that
+// run and takes it over; the second, which waited for the first's try,
+// must not report Forwarded to that run either (review revO, by reading:
+// it took the first's result, "held by" the run). Both signals run within
+// 1.5s, once.
+func TestConcurrentSendsToLateLease(t *testing.T) {
+	f := newLateFix(t, "twosends", "twosends-thread", "B", 3*time.Second)
+	owner, lost := f.loseSend(0)
+	f.replay(lost[0], owner)
+	f.hook.slowOthers.Store(true) // each Send's own acquire takes 400ms: the second waits for the first's
+	defer f.hook.slowOthers.Store(false)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, id := range []string{"s2", "s3"} {
+		wg.Go(func() {
+			acc, err := f.a.Send(f.ctx, f.th, signals.Signal{ID: id, Type: "t"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Logf("Send %s: %+v", id, acc)
+			if acc.Action == signals.Forwarded && acc.Owner == owner {
+				t.Errorf("Send %s from A: Forwarded to %s, A's own run that never started", id, owner)
+			}
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	f.ranWithin(start, 1500*time.Millisecond, "s2", "s3")
+	f.ranOnce("s2", "s3")
+}

@@ -502,6 +502,14 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 			return nil, false, holderInfo{}, ctx.Err()
 		}
 		if !s.acquired {
+			if s.err == nil && !settling {
+				if _, late := rt.givenUpRun(thread, s.holder.owner, time.Now()); late {
+					// Held by a run of this process that never started,
+					// which that try is taking over (givenup.go): look
+					// again rather than report it Forwarded there.
+					continue
+				}
+			}
 			return nil, false, s.holder, s.err
 		}
 		select {

@@ -61,7 +61,7 @@ func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub
 		bl, err = b.groupBacklog(ctx, topic, group)
 		close(done)
 	}) {
-		return bl, err
+		return bl, endedWith(ctx, err)
 	}
 	return pubsub.Backlog{}, fmt.Errorf("redisstreams: backlog of %q on %q: %w", group, topic, ctx.Err())
 }

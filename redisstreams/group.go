@@ -207,7 +207,7 @@ func (s *streamBus) setupGroup(ctx context.Context, key, group, start, guard str
 		err = s.createGroupAndGuard(ctx, key, group, start, guard)
 		close(done)
 	}) {
-		return err
+		return endedWith(ctx, err)
 	}
 	return fmt.Errorf("redisstreams: subscribe to group %q of %q: %w (the group may have been created)", group, key, ctx.Err())
 }
@@ -291,7 +291,7 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	case isNoSuchKey(err) || isNoGroup(err):
 		return !g.holdsUpTo(id), nil
 	case err != nil:
-		return false, err
+		return false, endedWith(ctx, err)
 	}
 	found := false
 	for _, gi := range infos {

@@ -91,7 +91,7 @@ func (b *Backend) ListLeases(ctx context.Context, prefix string) ([]lease.Info, 
 		infos, err = b.listLeases(ctx, prefix)
 		close(done)
 	}) {
-		return infos, err
+		return infos, endedWith(ctx, err)
 	}
 	return nil, fmt.Errorf("redisstreams: list leases %q: %w", prefix, ctx.Err())
 }

@@ -265,6 +265,25 @@ func (b *Backend) awaitSend(ctx context.Context, done <-chan struct{}, send func
 	}
 }
 
+// endedWith returns err, also wrapping ctx's error when ctx has ended by
+// now: a call that awaitSend saw finish may have failed because ctx ended,
+// on a client whose read deadline is ctx's (ContextTimeoutEnabled, as
+// NewURL's), whose timeout may come an instant before ctx reports its end
+// (a bare i/o timeout in 3 of 6 runs: TestNamedCallsReturnAtCancelOnStalledServer).
+func endedWith(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cerr)
+}
+
 // sendCtx sends c alone as sendCall does and returns its command, or, when
 // ctx ends first, a command holding the error of mayHaveRun (see awaitSend).
 func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {

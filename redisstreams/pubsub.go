@@ -714,7 +714,7 @@ func (s *streamBus) startID(ctx context.Context, key string) (string, error) {
 		id, err = s.lastStreamID(ctx, key)
 		close(done)
 	}) {
-		return id, err
+		return id, endedWith(ctx, err)
 	}
 	return "", fmt.Errorf("redisstreams: subscribe to %q: %w", key, ctx.Err())
 }

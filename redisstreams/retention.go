@@ -199,18 +199,7 @@ func (b *Backend) deleteTopicStep(ctx context.Context, key, first, written strin
 	}) {
 		return 0, fmt.Errorf("%w (the deletion was sent and may have run)", ctx.Err())
 	}
-	if err != nil {
-		// The client's own read deadline is ctx's (ContextTimeoutEnabled):
-		// its timeout may come an instant before ctx reports its end.
-		cerr := ctx.Err()
-		if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-			cerr = context.DeadlineExceeded
-		}
-		if cerr != nil {
-			return 0, fmt.Errorf("%w (the deletion was sent and may have run: %w)", cerr, err)
-		}
-	}
-	return wait, err
+	return wait, endedWith(ctx, err)
 }
 
 // deleteTopicReply reads delete_topic.lua's {wait, last} reply.

@@ -169,7 +169,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 			close(done)
 			b.sendQueued(q)
 		}) {
-			return c.cmd
+			return cmdEndedWith(ctx, c.cmd)
 		}
 		return mayHaveRun(ctx)
 	}
@@ -204,7 +204,7 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 			return mayHaveRun(ctx)
 		}
 	}
-	return c.cmd
+	return cmdEndedWith(ctx, c.cmd)
 }
 
 // sendQueued is the rest of the turn of a leader that sends from a goroutine
@@ -284,6 +284,17 @@ func endedWith(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (%w)", err, cerr)
 }
 
+// cmdEndedWith returns cmd, or when its error is to wrap ctx's as well
+// (endedWith), a command failed with that.
+func cmdEndedWith(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	if err := cmd.Err(); err != nil {
+		if e := endedWith(ctx, err); e != err {
+			return failedCmd(ctx, e)
+		}
+	}
+	return cmd
+}
+
 // sendCtx sends c alone as sendCall does and returns its command, or, when
 // ctx ends first, a command holding the error of mayHaveRun (see awaitSend).
 func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
@@ -299,7 +310,7 @@ func (b *Backend) sendCtx(ctx context.Context, c *leaseCall) *redis.Cmd {
 		b.sendCall(ctx, c)
 		close(done)
 	}) {
-		return c.cmd
+		return cmdEndedWith(ctx, c.cmd)
 	}
 	return mayHaveRun(ctx)
 }

@@ -33,7 +33,7 @@ func (b *Backend) runSynced(ctx context.Context, c *leaseCall, leaseKey string, 
 	}) {
 		return mayHaveRun(ctx).Result()
 	}
-	return reply, err
+	return reply, endedWith(ctx, err)
 }
 
 // runSyncedNow is runSynced, waiting for the client whatever ctx does.

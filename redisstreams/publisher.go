@@ -122,7 +122,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 			close(done)
 			s.sendQueued(q)
 		}) {
-			return r.firstErr()
+			return endedWith(ctx, r.firstErr())
 		}
 		return s.mayBeStored(ctx, r)
 	}
@@ -151,7 +151,7 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 			return s.mayBeStored(ctx, r)
 		}
 	}
-	return r.firstErr()
+	return endedWith(ctx, r.firstErr())
 }
 
 // mayBeStored returns the error of a publish whose ctx ended after its

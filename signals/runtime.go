@@ -129,8 +129,9 @@ type Runtime struct {
 	// on, to try each the moment that lease can lapse (lapse.go).
 	lapse lapseWatch
 
-	// givenUp holds the owners of the acquires settleAcquire gave up on,
-	// per thread (givenup.go); guLen is its length, read without guMu.
+	// givenUp holds, per thread, the owners of this process's calls of
+	// unknown outcome (acquires being or done settling, hand-offs whose
+	// reply was lost): givenup.go; guLen is its length, read without guMu.
 	guMu      sync.Mutex
 	givenUp   map[string][]givenUpLease
 	guSweepAt time.Time // when the oldest entry expires (zero: none)
@@ -544,8 +545,8 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 	// An acquire cut short may still have taken the lease: settleAcquire
 	// below finds out (and, once Close began, releases it). A settle's own
 	// acquire ends with its ctx (the settle's end, a TTL after it began):
-	// one cut short is for the same owner, which the settle, giving up,
-	// remembers (givenup.go).
+	// one cut short is for the same owner, remembered from the settle's
+	// start (givenup.go).
 	base := ctx
 	if recovery && !settling {
 		base = context.WithoutCancel(ctx)
@@ -578,8 +579,9 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		close(s.ended)
 		if s.err == nil && !settling {
 			if late, ok := rt.givenUpRun(thread, s.holder.owner, time.Now()); ok {
-				// Held by a run of this process whose acquire was given
-				// up and ran late (givenup.go): take it over for that run.
+				// Held by a run of this process that never started (a
+				// call of unknown outcome that Redis ran late:
+				// givenup.go): take it over for that run.
 				rt.wg.Done()
 				return rt.adopt(ctx, thread, recovery, late, s.holder.owner)
 			}

@@ -99,8 +99,9 @@ func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
 // (redisstreams/doc.go, "Clients and deadlines"). Such a deletion, like
 // one whose reply was lost to a timeout or a cut connection, may still run
 // when the server answers again, and then also deletes what was published
-// to the topic meanwhile: after such an error, call DeleteTopic again
-// before publishing to the topic again, rather than publish at once.
+// to the topic meanwhile (TestDeleteTopicLateReplyNoRace shows such a
+// deletion run after the resume); nothing here tells when, or whether, it
+// ran.
 func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 	if err := b.bus.enter(); err != nil {
 		return err

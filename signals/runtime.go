@@ -874,8 +874,10 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 	rt.mu.Unlock()
 	if s != nil {
 		s.kickFor(ev.ID, byWatch)
-	} else if o := ev.Metadata[metaOwner]; o != "" && rt.guLen.Load() > 0 {
-		rt.adoptLate(thread, o) // forwarded to a run of ours that never started (givenup.go)
+	} else if rt.guLen.Load() > 0 {
+		if o := ev.Metadata[metaOwner]; o != "" {
+			rt.adoptLate(thread, o) // forwarded to a run of ours that never started (givenup.go)
+		}
 	}
 	return nil
 }

@@ -244,3 +244,92 @@ func TestCloseCtxEndedHealthyServerReleases(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseNoDeadlineOnStalledServer: Close(context.Background()) on a
+// server that stopped answering (SIGSTOP), with 5 lingering tenures and one
+// run that returns 1s after Close began. The teardown ends about a TTL
+// after that run returned: past it nothing it could still do matters (the
+// leases it would release have expired, held notices come back after their
+// ack deadline). Found in the twelfth pass's review (revO) and measured in
+// the thirteenth: each teardown step waited for its own timeouts in turn
+// (the work group's unsubscribe 10s, the releases 10s more, the drained
+// inboxes' deletions one more TTL: 35s with the default 15s TTL; here
+// 22.0s, 21.0s after the run returned); since, 15.0s with the default TTL,
+// and here 4.0s, 3.0s after the run returned. The bound is the TTL plus 4s
+// after that run returned.
+//
+// LongRun: on a healthy server, a run that goes on for 2 TTLs after Close
+// began still has its lease released as it ends: the TTL counts from the
+// last run's return, not from Close's start.
+func TestCloseNoDeadlineOnStalledServer(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, stall := range []bool{true, false} {
+		name := map[bool]string{true: "Stalled", false: "LongRun"}[stall]
+		t.Run(name, func(t *testing.T) {
+			srv, _ := startRedis(t)
+			ctx := context.Background()
+			b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "cn"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			release := make(chan struct{})
+			var started atomic.Int64
+			var returnedAt atomic.Int64
+			agent := func(ctx context.Context, run *signals.Run) error {
+				started.Add(1)
+				if run.Thread == "long" {
+					<-release // not ctx: Close(Background) cancels nothing
+					returnedAt.Store(time.Now().UnixNano())
+				}
+				return nil
+			}
+			rt, err := signals.New(b, agent, signals.WithLeaseTTL(ttl), signals.WithLinger(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			threads := []string{"long", "t0", "t1", "t2", "t3", "t4"}
+			for _, th := range threads {
+				if _, err := rt.Send(ctx, th, signals.Signal{Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for deadline := time.Now().Add(20 * time.Second); started.Load() < int64(len(threads)); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d runs started within 20s", started.Load(), len(threads))
+				}
+			}
+			runFor := 2 * ttl
+			if stall {
+				srv.Pause(t)
+				t.Cleanup(func() { srv.Resume(t) })
+				runFor = time.Second
+			}
+			start := time.Now()
+			timer := time.AfterFunc(runFor, func() { close(release) })
+			defer timer.Stop()
+			err = rt.Close(ctx)
+			end := time.Now()
+			after := end.Sub(time.Unix(0, returnedAt.Load()))
+			t.Logf("Close(Background) = %v after %v, %v after the last run returned", err, end.Sub(start).Round(time.Millisecond), after.Round(time.Millisecond))
+			if returnedAt.Load() == 0 {
+				t.Fatal("Close returned before the run it did not cancel returned")
+			}
+			if after > ttl+4*time.Second {
+				t.Fatalf("Close(Background) returned %v after the last run returned, want at most the %v TTL + 4s", after.Round(time.Millisecond), ttl)
+			}
+			if stall {
+				return
+			}
+			for _, th := range threads {
+				o, err := b.GetLeaseOwner(ctx, signals.LeaseKey(th))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o != "" {
+					t.Errorf("after Close returned on a healthy server, thread %s is still leased to %s", th, o)
+				}
+			}
+		})
+	}
+}

@@ -86,7 +86,12 @@
 //     finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
-//     another runtime as promptly (TestSendWokeDuringClose).
+//     another runtime as promptly (TestSendWokeDuringClose). Close's ctx
+//     bounds how long it waits for the runs (it cancels them when ctx
+//     ends, then gives the teardown one second); with a ctx that does not
+//     end, the teardown ends about a lease TTL after the last run
+//     returned, also on a server that stopped answering
+//     (TestCloseNoDeadlineOnStalledServer).
 //   - Limits: see "Limits" below (dedupe window and size, Cancel's reach,
 //     what a pubsub without optional capabilities loses).
 //

@@ -79,9 +79,11 @@ type Runtime struct {
 	hardCancel context.CancelFunc
 	// tearCtx bounds the steps that end tenures and the runtime
 	// (teardownCtx): cancelled closeGrace after Close gave up and every
-	// run it cancelled returned, so that on a server that answers they
-	// still finish (leases released, notices handed back) and on one that
-	// stopped answering Close returns about closeGrace after the runs did.
+	// run it cancelled returned, and a TTL after the runs returned
+	// whatever Close's ctx (tearAfterRuns), so that on a server that
+	// answers they still finish (leases released, notices handed back)
+	// and on one that stopped answering Close returns about closeGrace
+	// (a TTL, with a ctx that does not end) after the runs did.
 	tearCtx    context.Context
 	tearCancel context.CancelFunc
 	runsMu     sync.Mutex
@@ -797,33 +799,48 @@ func (rt *Runtime) runEnded() {
 	rt.runsMu.Unlock()
 }
 
-// tearAfterRuns cancels tearCtx closeGrace after no agent runs any more,
-// unless done closes first. Close calls it once its ctx ended (the runs'
-// contexts are cancelled by then; a run started later sees hardCtx
-// cancelled at once).
-func (rt *Runtime) tearAfterRuns(done <-chan struct{}) {
-	rt.runsMu.Lock()
-	var idle chan struct{}
-	if rt.runs > 0 {
-		if rt.runsIdle == nil {
-			rt.runsIdle = make(chan struct{})
+// tearAfterRuns cancels tearCtx grace after no agent runs any more (and
+// still none does), unless done closes first. Close calls it with
+// closeGrace once its ctx ended (the runs' contexts are cancelled by then;
+// a run started later sees hardCtx cancelled at once), and with the lease
+// TTL as it begins: whatever its ctx, the teardown then ends about a TTL
+// after the last run returned, when nothing it could still do matters (the
+// leases it would release have expired, the notices it would hand back
+// come back after their ack deadline). Before, Close(context.Background())
+// on a server that stopped answering waited for each step's own timeouts
+// in turn: 35s with the default 15s TTL (TestCloseNoDeadlineOnStalledServer).
+func (rt *Runtime) tearAfterRuns(done <-chan struct{}, grace time.Duration) {
+	for {
+		rt.runsMu.Lock()
+		var idle chan struct{}
+		if rt.runs > 0 {
+			if rt.runsIdle == nil {
+				rt.runsIdle = make(chan struct{})
+			}
+			idle = rt.runsIdle
 		}
-		idle = rt.runsIdle
-	}
-	rt.runsMu.Unlock()
-	if idle != nil {
+		rt.runsMu.Unlock()
+		if idle != nil {
+			select {
+			case <-idle:
+			case <-done:
+				return
+			}
+		}
+		t := time.NewTimer(grace)
 		select {
-		case <-idle:
+		case <-t.C:
 		case <-done:
+			t.Stop()
 			return
 		}
-	}
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		rt.tearCancel()
-	case <-done:
+		rt.runsMu.Lock()
+		running := rt.runs > 0
+		rt.runsMu.Unlock()
+		if !running {
+			rt.tearCancel()
+			return
+		}
 	}
 }
 
@@ -1142,7 +1159,15 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // bounded by Close giving up too), and what it did not finish
 // is safe to leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
-// is deleted by its thread's next tenure. It does not close the pubsub. It
+// is deleted by its thread's next tenure. With a ctx that does not end
+// (context.Background()) it cancels no run, and its teardown ends about a
+// lease TTL after the last run returned, also on a server that stopped
+// answering (TestCloseNoDeadlineOnStalledServer, TTL 3s: 3.0s after the
+// run returned, where each step waited for go-redis's timeouts in turn
+// before: 21.0s; with the default 15s TTL and 5 lingering tenures, 15.0s
+// where it was 35s);
+// pass a ctx with a deadline to bound the runs too (on SIGTERM, shorter
+// than what the supervisor waits before SIGKILL). It does not close the pubsub. It
 // is idempotent and safe to call concurrently; every call waits for the
 // shutdown to complete.
 func (rt *Runtime) Close(ctx context.Context) error {
@@ -1151,13 +1176,15 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.closed = true
 		close(rt.closing)
 		rt.mu.Unlock()
+		go rt.tearAfterRuns(rt.closedCh, max(rt.cfg.ttl, closeGrace))
 		go func() {
 			defer close(rt.closedCh)
 			// Every step below is bounded by tearCtx: closeGrace after
-			// Close's ctx ended and the runs returned, none waits any more
-			// for a server that stopped answering (leases then expire, held notices come back
-			// after their ack deadline, inboxes are deleted by a later
-			// tenure).
+			// Close's ctx ended and the runs returned, and a TTL after the
+			// runs returned whatever ctx, none waits any more for a server
+			// that stopped answering (leases then expire, held notices
+			// come back after their ack deadline, inboxes are deleted by a
+			// later tenure).
 			uerr := rt.workSub.Unsubscribe(rt.tearCtx)
 			if errors.Is(uerr, pubsub.ErrClosed) || errors.Is(uerr, context.Canceled) {
 				uerr = nil
@@ -1185,7 +1212,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		return rt.closeErr
 	case <-ctx.Done():
 		rt.hardCancel()
-		rt.tearAfterRuns(rt.closedCh)
+		rt.tearAfterRuns(rt.closedCh, closeGrace)
 		<-rt.closedCh
 		return ctx.Err()
 	}

@@ -18,12 +18,16 @@ type Hooks struct {
 	// BeforeHandOff is called when a run ended and a delivery was taken for
 	// the next one, before the lease is transferred to it.
 	BeforeHandOff func(thread string)
+	// BeforeAdopt is called when a try (not a takeover's own) found the
+	// lease held by a run of this runtime that never started (givenup.go),
+	// before it takes the lease over for that run.
+	BeforeAdopt func(thread string)
 }
 
 // WithHooks sets test hooks on one Runtime.
 func WithHooks(h Hooks) Option {
 	return func(c *config) error {
-		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease, beforeHandOff: h.BeforeHandOff}
+		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease, beforeHandOff: h.BeforeHandOff, beforeAdopt: h.BeforeAdopt}
 		return nil
 	}
 }

@@ -138,6 +138,7 @@ type testHooks struct {
 	lingerEnd     func(thread string) // the linger time passed; still subscribed
 	beforeRelease func(thread string) // unsubscribed, still holding the lease
 	beforeHandOff func(thread string) // a delivery taken for the next run, before TransferLease
+	beforeAdopt   func(thread string) // a try found the lease held by a remembered late run, before it takes it over
 }
 
 // WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A

@@ -505,13 +505,25 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 			return nil, false, holderInfo{}, ctx.Err()
 		}
 		if !s.acquired {
-			if s.err == nil && !settling {
-				if _, late := rt.givenUpRun(thread, s.holder.owner, time.Now()); late {
-					// Held by a run of this process that never started,
-					// which that try is taking over (givenup.go): look
-					// again rather than report it Forwarded there.
-					continue
+			// Held by a run of this process that never started, which
+			// that try is taking over (givenup.go), or revoked from such
+			// a run, which that try releases before it tries the thread
+			// again (adopt): look again rather than report it Forwarded
+			// there or return the revocation
+			// (TestSendToRevokedLateLease). Also when this try is a
+			// takeover itself (settling): the try it waited for may have
+			// found the lease before this one did and be taking it over
+			// first (TestConcurrentSendsToLateLease/SecondFirst).
+			late := s.holder.owner
+			var re *lease.RevokedError
+			if s.err != nil {
+				late = ""
+				if errors.As(s.err, &re) {
+					late = re.Owner
 				}
+			}
+			if _, ok := rt.givenUpRun(thread, late, time.Now()); ok {
+				continue
 			}
 			return nil, false, s.holder, s.err
 		}
@@ -585,6 +597,9 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 				// call of unknown outcome that Redis ran late:
 				// givenup.go): take it over for that run.
 				rt.wg.Done()
+				if h := rt.cfg.hooks.beforeAdopt; h != nil {
+					h(thread)
+				}
 				return rt.adopt(ctx, thread, recovery, late, s.holder.owner)
 			}
 		}

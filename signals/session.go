@@ -373,8 +373,9 @@ func (s *session) loop() {
 	held := s.held
 	s.mu.Unlock()
 	lost := false
-	released := false   // the tenure ended releasing the lease
-	subscribed := false // a tenure whose inbox subscription failed read nothing: it settles no notice
+	released := false    // the tenure ended releasing the lease
+	handOffLost := false // a hand-off of this tenure had an unknown outcome
+	subscribed := false  // a tenure whose inbox subscription failed read nothing: it settles no notice
 	defer func() {
 		// The session stays in rt.sessions until the lease is released: a
 		// local Send or notice handler that finds it with quit closed waits
@@ -416,10 +417,15 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
-		if lost {
+		if lost || handOffLost && !released {
 			// A hand-off of this tenure whose reply was lost may have
 			// leased the thread to a run that never starts: take it over
-			// (givenup.go; nothing when none was lost).
+			// (givenup.go; nothing when none was lost). Also when the
+			// tenure ended before its renewal found the lease gone and
+			// its release failed, as it may on a server that stopped
+			// answering and runs the transfer late
+			// (TestHandOffReplyLostIsAdopted/ReleaseFails). (A release
+			// that succeeded tries the thread: afterRelease.)
 			rt.adoptLate(s.thread, "")
 		}
 		if released && subscribed {
@@ -525,6 +531,7 @@ func (s *session) loop() {
 						// lease lost. Remembered so that the thread is
 						// taken over for nextRun (givenup.go).
 						rt.noteGivenUp(s.thread, nextRun, nextOwner, time.Now())
+						handOffLost = true
 					}
 					d.res <- fmt.Errorf("signals: hand-off failed: %w", err)
 					if held.Err() != nil {

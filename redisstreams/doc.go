@@ -97,6 +97,19 @@
 // of its slot until the key is fixed or deleted, as it always did. A Ring is not bounded this way: each topic's
 // reader takes a pooled connection for each of its reads.
 //
+// A group subscription's periodic pass (every half ack deadline: claim
+// what other members left pending past the deadline, refresh what waits
+// in its local queue) takes the pool too. On-demand subscriptions
+// (pubsub.ReadOnDemand: the signals runtime holds one per active thread)
+// run theirs at most 4 at once per Backend, and one whose tick finds none
+// free skips it, so that their number does not take the pool from
+// everything else, lease renewals first (TestOnDemandPassesBounded: 1,000
+// such subscriptions with a 1ms ack deadline, kicked every 5ms, kept at
+// most 4 calls in flight where they had 1,000 waiting for the pool, and a
+// lease call took at most 22-38ms where it took up to 261-485ms). Under
+// such load an on-demand subscription's pass comes later than its ack
+// deadline says; the other subscriptions are not bounded this way.
+//
 // # Redeliveries
 //
 // A nacked entry of a group subscription with a Concurrency above 1 stays

@@ -1519,8 +1519,38 @@ func (g *groupSub) reclaimLoop() {
 			return
 		case <-t.C:
 		}
-		if time.Since(lastReap) >= consumerReapIdle/2 {
-			lastReap = time.Now()
+		if g.cfg.ReadOnDemand {
+			// One of onDemandPasses slots, or skip this tick.
+			select {
+			case g.s.passes <- struct{}{}:
+			default:
+				continue
+			}
+		}
+		g.reclaimPass(&lastReap)
+		if g.cfg.ReadOnDemand {
+			<-g.s.passes
+		}
+	}
+}
+
+// onDemandPasses is how many on-demand group subscriptions (ReadOnDemand)
+// of a Backend run their periodic pass at once; a subscription whose tick
+// finds none free skips that tick (what it would have done waits for a
+// later one: the kick that asked for it stays noted). There is one such
+// subscription per thread tenure of the signals runtime, 10,000 with
+// 10,000 threads active, each ticking every half ack deadline: unbounded,
+// their passes (two or three calls each) took the client's whole pool and
+// the lease renewals behind them missed their deadlines
+// (BenchmarkActiveThreads10000: 3,632 leases lost on NewURL's default pool
+// of 20). A variable so that tests can change it.
+var onDemandPasses = 4
+
+// reclaimPass is one tick of reclaimLoop.
+func (g *groupSub) reclaimPass(lastReap *time.Time) {
+	{
+		if time.Since(*lastReap) >= consumerReapIdle/2 {
+			*lastReap = time.Now()
 			g.reapConsumers()
 		}
 		g.refreshLost()
@@ -1530,7 +1560,7 @@ func (g *groupSub) reclaimLoop() {
 			// member read can be waiting here (the next Kick or the next
 			// ClaimPending member finds it).
 			g.refreshQueued()
-			continue
+			return
 		}
 		g.refreshQueued()
 		// Claim batch after batch while there is room and there are stale

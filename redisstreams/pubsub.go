@@ -37,6 +37,11 @@ type streamBus struct {
 
 	acks acker
 
+	// passes bounds how many on-demand group subscriptions run their
+	// periodic pass (reclaim.go's reclaimLoop) at once: see
+	// onDemandPasses.
+	passes chan struct{}
+
 	// fmu guards what Flush waits for: the last id this Backend wrote to
 	// each stream that has a local subscription.
 	fmu     sync.Mutex
@@ -92,6 +97,7 @@ func (s *streamBus) init(b *Backend) {
 	s.nodes = make(map[string]*nodeReader)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.acks.init(b)
+	s.passes = make(chan struct{}, onDemandPasses)
 }
 
 // start launches the acker, once.

@@ -11,9 +11,13 @@
 //
 // # What a user must know first
 //
-//   - Send returns once the signal is stored: from then on it runs, once,
-//     as long as some runtime stays alive, even if the sending process exits
-//     at once. Retry a failed Send with the same Signal.ID; within the dedupe
+//   - Send returns once the signal is stored: from then on it runs, as
+//     long as some runtime stays alive, even if the sending process exits
+//     at once; once, unless the run that took it lost its lease before the
+//     signal was recorded done (a Redis that stopped answering for longer
+//     than the TTL does that to every run it stalls: review revP saw 12-21
+//     such signals per run of its load test), and then the next run gets
+//     it again marked Redelivered (see the next point). Retry a failed Send with the same Signal.ID; within the dedupe
 //     window a duplicate ID is not run again. Send returns when its ctx
 //     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).
 //     An acquire such a Send left behind, or a hand-off whose reply was
@@ -44,7 +48,10 @@
 //     reads its inbox without blocking, when told to. go-redis's default
 //     pool (redisstreams.NewURL) is enough: TestThousandActiveThreadsDefaultPool
 //     runs 1,000 threads active at once on it with no pool timeout and no
-//     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md).
+//     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md;
+//     it lost 3,632-6,000 of 10,000 leases to pool contention until the
+//     inbox subscriptions' periodic passes were bounded, and now fails when
+//     one is lost).
 //   - On a Redis Cluster, a master that stops answering holds up the threads
 //     whose keys it holds, and every Send when it holds the work topic; the
 //     other threads go on (redisstreams batches calls per master:

@@ -11,7 +11,7 @@ import (
 )
 
 // TestReleaseGivenUpBoundedOnStalledServer: Sends with 100ms ctxs while the
-// server is stopped (SIGSTOP) leave up to 160 acquires of unknown outcome,
+// server is stopped (SIGSTOP) leave acquires of unknown outcome (up to 160),
 // each remembered (givenup.go). What Close does last for them (release
 // their leases) must return within about closeGrace (1s) on the stopped
 // server, whatever their number. Review revO (helper 20): 16 at a time,
@@ -32,7 +32,7 @@ func TestReleaseGivenUpBoundedOnStalledServer(t *testing.T) {
 	t.Cleanup(func() { srv.Resume(t) })
 	const n = 160
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 40)
+	sem := make(chan struct{}, n)
 	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -50,8 +50,13 @@ func TestReleaseGivenUpBoundedOnStalledServer(t *testing.T) {
 			noted++
 		}
 	}
-	if noted < 32 {
-		t.Fatalf("premise: %d of %d threads remembered, want at least 32", noted, n)
+	// Only the acquires sent before their ctx ended have an unknown outcome:
+	// those of the first few batches (the lease calls' lane waits for
+	// them). With 40 Sends at a time a full run once got 30 of 160; all at
+	// once, 143-160 of 160 in 4 runs. More than 16 tells the bound from
+	// the old 16 at a time, each bounded by closeGrace (2s or more).
+	if noted <= 16 {
+		t.Fatalf("premise: %d of %d threads remembered, want more than 16", noted, n)
 	}
 	start := time.Now()
 	signals.ReleaseGivenUp(ctx, rt)

@@ -106,9 +106,14 @@
 // everything else, lease renewals first (TestOnDemandPassesBounded: 1,000
 // such subscriptions with a 1ms ack deadline, kicked every 5ms, kept at
 // most 4 calls in flight where they had 1,000 waiting for the pool, and a
-// lease call took at most 22-38ms where it took up to 261-485ms). Under
-// such load an on-demand subscription's pass comes later than its ack
-// deadline says; the other subscriptions are not bounded this way.
+// lease call took at most 22-38ms where it took up to 261-485ms). Such a
+// pass never waits for a handler slot while it holds one of the 4; while
+// another consumer of its group holds entries it looks again at its next
+// tick, so an entry a stale member holds is claimed once it is past the
+// ack deadline even when no new kick comes (TestOnDemandPassSlotsNotHeld,
+// TestOnDemandKickBeforeStale). Under heavy load an on-demand
+// subscription's pass comes later than its ack deadline says; the other
+// subscriptions are not bounded this way.
 //
 // # Redeliveries
 //

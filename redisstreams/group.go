@@ -1626,13 +1626,26 @@ func (g *groupSub) refreshQueued() {
 // entries of silent members (reclaimFromSilent) come first. When no token
 // is free it waits up to a reclaim interval for one if wait is set or a
 // silent member holds entries, and otherwise claims nothing.
+//
+// An on-demand subscription (ReadOnDemand) never waits: it holds one of
+// the Backend's pass slots (onDemandPasses), and waiting there for a token
+// (its one token is taken for as long as a run of the signals runtime
+// lasts) kept the slot a whole reclaim interval, long enough for four busy
+// subscriptions to keep every slot (TestOnDemandPassSlotsNotHeld). Instead,
+// while another consumer holds entries (stale or not yet), it notes itself
+// kicked, so that a later tick looks again: before, a kick that came before
+// such an entry was past the ack deadline was used up by a pass that could
+// claim nothing yet, and no later pass looked (TestOnDemandKickBeforeStale).
 func (g *groupSub) reclaim(wait bool) (more bool) {
 	ctx := g.ctx
 	// The group's other members that stopped reading (dead ones,
 	// typically) and hold entries.
-	silent := g.silentConsumers(ctx)
+	silent, othersHold := g.silentConsumers(ctx)
+	if othersHold && g.cfg.ReadOnDemand {
+		defer g.kicked.Store(true)
+	}
 	n := g.takeFreeTokens(0)
-	if n == 0 && (wait || len(silent) > 0) {
+	if n == 0 && !g.cfg.ReadOnDemand && (wait || len(silent) > 0) {
 		// No handler slot free. Wait for one when asked to, or when a
 		// silent member holds entries: under a steady load every slot may
 		// be busy at every tick, and a dead member's entries (a dead
@@ -1691,20 +1704,24 @@ func (g *groupSub) takeFreeTokens(have int) int {
 
 // silentConsumers returns the group's other consumers that hold entries
 // and have not read for AckDeadline (XINFO CONSUMERS idle), the longest
-// silent first: members that died holding entries, typically.
-func (g *groupSub) silentConsumers(ctx context.Context) []redis.XInfoConsumer {
+// silent first: members that died holding entries, typically. othersHold
+// reports whether any other consumer holds entries (silent or not).
+func (g *groupSub) silentConsumers(ctx context.Context) (silent []redis.XInfoConsumer, othersHold bool) {
 	cs, err := g.s.b.client.XInfoConsumers(ctx, g.key, g.group).Result()
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	silent := cs[:0]
+	silent = cs[:0]
 	for _, c := range cs {
-		if c.Name != g.consumer && c.Pending > 0 && c.Idle >= g.cfg.AckDeadline {
-			silent = append(silent, c)
+		if c.Name != g.consumer && c.Pending > 0 {
+			othersHold = true
+			if c.Idle >= g.cfg.AckDeadline {
+				silent = append(silent, c)
+			}
 		}
 	}
 	slices.SortFunc(silent, func(a, b redis.XInfoConsumer) int { return cmp.Compare(b.Idle, a.Idle) })
-	return silent
+	return silent, othersHold
 }
 
 // reclaimFromSilent claims, up to n entries, the entries pending longer than

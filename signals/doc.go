@@ -96,10 +96,9 @@
 //     still publishing when Close began reports Forwarded and is run by
 //     another runtime as promptly (TestSendWokeDuringClose). Close's ctx
 //     bounds how long it waits for the runs (it cancels them when ctx
-//     ends, then gives the teardown one second); with a ctx that does not
-//     end, the teardown ends about a lease TTL after the last run
-//     returned, also on a server that stopped answering
-//     (TestCloseNoDeadlineOnStalledServer).
+//     ends, then gives the teardown one second); whatever its ctx, the
+//     teardown ends about a lease TTL after the last run returned, also on
+//     a server that stopped answering (TestCloseNoDeadlineOnStalledServer).
 //   - Limits: see "Limits" below (dedupe window and size, Cancel's reach,
 //     what a pubsub without optional capabilities loses).
 //

@@ -89,6 +89,8 @@ type Runtime struct {
 	runsMu     sync.Mutex
 	runs       int           // agents running now
 	runsIdle   chan struct{} // closed when runs drops to 0 (nil: none waits)
+	runsClosed bool          // Close began: no run starts any more (runStarted)
+	lastRunEnd time.Time     // when the last run returned
 
 	mu       sync.Mutex
 	closed   bool
@@ -798,15 +800,23 @@ func (rt *Runtime) stepCtx(d time.Duration) (context.Context, context.CancelFunc
 }
 
 // runStarted and runEnded count the agents running (see tearCtx).
-func (rt *Runtime) runStarted() {
+// runStarted reports false, counting nothing, once Close began: then the
+// run must not start (Close starts no run, and its teardown may already
+// be over: tearAfterRuns decides under runsMu).
+func (rt *Runtime) runStarted() bool {
 	rt.runsMu.Lock()
+	defer rt.runsMu.Unlock()
+	if rt.runsClosed {
+		return false
+	}
 	rt.runs++
-	rt.runsMu.Unlock()
+	return true
 }
 
 func (rt *Runtime) runEnded() {
 	rt.runsMu.Lock()
 	rt.runs--
+	rt.lastRunEnd = time.Now()
 	if rt.runs == 0 && rt.runsIdle != nil {
 		close(rt.runsIdle)
 		rt.runsIdle = nil
@@ -814,46 +824,52 @@ func (rt *Runtime) runEnded() {
 	rt.runsMu.Unlock()
 }
 
-// tearAfterRuns cancels tearCtx grace after no agent runs any more (and
-// still none does), unless done closes first. Close calls it with
-// closeGrace once its ctx ended (the runs' contexts are cancelled by then;
-// a run started later sees hardCtx cancelled at once), and with the lease
-// TTL as it begins: whatever its ctx, the teardown then ends about a TTL
-// after the last run returned, when nothing it could still do matters (the
-// leases it would release have expired, the notices it would hand back
-// come back after their ack deadline). Before, Close(context.Background())
-// on a server that stopped answering waited for each step's own timeouts
-// in turn: 35s with the default 15s TTL (TestCloseNoDeadlineOnStalledServer).
+// tearAfterRuns cancels tearCtx once no agent runs and grace has passed
+// since the later of its call and the last run's return, unless done
+// closes first. Close calls it with closeGrace once its ctx ended (the
+// runs' contexts are cancelled by then), and with the lease TTL as it
+// begins: whatever its ctx, the teardown then ends about a TTL after the
+// last run returned, when nothing it could still do matters (the leases it
+// would release have expired, the notices it would hand back come back
+// after their ack deadline). Before, Close(context.Background()) on a
+// server that stopped answering waited for each step's own timeouts in
+// turn: 35s with the default 15s TTL (TestCloseNoDeadlineOnStalledServer).
+// The decision is made under runsMu after Close set runsClosed, so no run
+// starts after it (runStarted), and a run that started just before it
+// counts (TestCloseRunStartingAtClose).
 func (rt *Runtime) tearAfterRuns(done <-chan struct{}, grace time.Duration) {
+	since := time.Now()
 	for {
 		rt.runsMu.Lock()
-		var idle chan struct{}
 		if rt.runs > 0 {
 			if rt.runsIdle == nil {
 				rt.runsIdle = make(chan struct{})
 			}
-			idle = rt.runsIdle
-		}
-		rt.runsMu.Unlock()
-		if idle != nil {
+			idle := rt.runsIdle
+			rt.runsMu.Unlock()
 			select {
 			case <-idle:
 			case <-done:
 				return
 			}
+			continue
 		}
-		t := time.NewTimer(grace)
+		end := since.Add(grace)
+		if rt.lastRunEnd.After(since) {
+			end = rt.lastRunEnd.Add(grace)
+		}
+		wait := time.Until(end)
+		if wait <= 0 {
+			rt.tearCancel()
+			rt.runsMu.Unlock()
+			return
+		}
+		rt.runsMu.Unlock()
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-done:
 			t.Stop()
-			return
-		}
-		rt.runsMu.Lock()
-		running := rt.runs > 0
-		rt.runsMu.Unlock()
-		if !running {
-			rt.tearCancel()
 			return
 		}
 	}
@@ -1174,10 +1190,10 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // bounded by Close giving up too), and what it did not finish
 // is safe to leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
-// is deleted by its thread's next tenure. With a ctx that does not end
-// (context.Background()) it cancels no run, and its teardown ends about a
-// lease TTL after the last run returned, also on a server that stopped
-// answering (TestCloseNoDeadlineOnStalledServer, TTL 3s: 3.0s after the
+// is deleted by its thread's next tenure. Whatever its ctx, its teardown
+// ends about a lease TTL after the last run returned (also with
+// context.Background(), which cancels no run), also on a server that
+// stopped answering (TestCloseNoDeadlineOnStalledServer, TTL 3s: 3.0s after the
 // run returned, where each step waited for go-redis's timeouts in turn
 // before: 21.0s; with the default 15s TTL and 5 lingering tenures, 15.0s
 // where it was 35s);
@@ -1191,6 +1207,9 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		rt.closed = true
 		close(rt.closing)
 		rt.mu.Unlock()
+		rt.runsMu.Lock()
+		rt.runsClosed = true
+		rt.runsMu.Unlock()
 		go rt.tearAfterRuns(rt.closedCh, max(rt.cfg.ttl, closeGrace))
 		go func() {
 			defer close(rt.closedCh)

@@ -599,6 +599,13 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 		abandon([]delivery{d}, errLeaseLost)
 		return false
 	}
+	if !rt.runStarted() {
+		// Close began: it starts no run (its teardown may already be
+		// over). The signal stays in the inbox for whoever takes the
+		// thread next.
+		d.res <- errRetry
+		return false
+	}
 	ctx, cancel := context.WithCancelCause(held.Context())
 	stop := context.AfterFunc(rt.hardCtx, func() { cancel(ErrClosed) })
 	defer func() {
@@ -616,7 +623,6 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 	}
 	s.ctlRunStarted(cancel, runID, r.Token)
 	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
-	rt.runStarted()
 	err := callAgent(ctx, rt.agent, r)
 	rt.runEnded()
 	s.ctlRunEnded()

@@ -38,7 +38,7 @@ type streamBus struct {
 	acks acker
 
 	// passes bounds how many on-demand group subscriptions run their
-	// periodic pass (reclaim.go's reclaimLoop) at once: see
+	// periodic pass (group.go's reclaimLoop) at once: see
 	// onDemandPasses.
 	passes chan struct{}
 

@@ -79,11 +79,12 @@ type Runtime struct {
 	hardCancel context.CancelFunc
 	// tearCtx bounds the steps that end tenures and the runtime
 	// (teardownCtx): cancelled closeGrace after Close gave up and every
-	// run it cancelled returned, and a TTL after the runs returned
-	// whatever Close's ctx (tearAfterRuns), so that on a server that
-	// answers they still finish (leases released, notices handed back)
-	// and on one that stopped answering Close returns about closeGrace
-	// (a TTL, with a ctx that does not end) after the runs did.
+	// run it cancelled returned, and a TTL after the later of Close's
+	// start and the last run's return whatever Close's ctx
+	// (tearAfterRuns), so that on a server that answers they still finish
+	// (leases released, notices handed back) and on one that stopped
+	// answering Close returns about closeGrace after the runs did (a TTL
+	// when its ctx has not ended by then).
 	tearCtx    context.Context
 	tearCancel context.CancelFunc
 	runsMu     sync.Mutex

@@ -37,14 +37,8 @@ func TestOnDemandPassSlotsNotHeld(t *testing.T) {
 }
 
 func onDemandSlotsHeld(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: "slots"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := slotsBackend(t)
 	c := b.Client()
 	const ackDeadline = 200 * time.Millisecond
 	ghostRead := func(topic string) {
@@ -158,14 +152,8 @@ func onDemandSlotsHeld(t *testing.T) {
 // kick (ack deadline 200ms). Now a pass that sees another consumer holding
 // entries notes itself kicked again.
 func TestOnDemandKickBeforeStale(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: "slots"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := slotsBackend(t)
 	c := b.Client()
 	const ackDeadline = 200 * time.Millisecond
 	var got atomic.Int64
@@ -192,4 +180,18 @@ func TestOnDemandKickBeforeStale(t *testing.T) {
 	if got.Load() == 0 {
 		t.Fatalf("the entry the silent member holds was not reclaimed %v after the kick (ack deadline %v)", 20*ackDeadline, ackDeadline)
 	}
+}
+
+// slotsBackend starts a redis-server and returns a NewURL Backend on it
+// (go-redis's default pool), closed when the test ends.
+func slotsBackend(t *testing.T) *Backend {
+	t.Helper()
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := NewURL(context.Background(), srv.URL(), Options{Prefix: "slots"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
 }

@@ -16,8 +16,8 @@
 //     at once; once, unless the run that took it lost its lease before the
 //     signal was recorded done (a Redis that stopped answering for longer
 //     than the TTL does that to every run it stalls:
-//     TestLateLeasesUnderLoad/StallLongerThanTTL saw 12-22 such signals per
-//     run), and then the next run gets it again marked Redelivered (see
+//     TestLateLeasesUnderLoad/StallLongerThanTTL saw up to 22 such signals
+//     per run), and then the next run gets it again marked Redelivered (see
 //     the next point). Retry a failed Send with the same Signal.ID; within the dedupe
 //     window a duplicate ID is not run again. Send returns when its ctx
 //     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).

@@ -195,9 +195,13 @@ func TestProcOwnerPaused(t *testing.T) {
 
 // Soak: 3 processes × soakThreads threads × soakPer signals, sent in batches
 // by different processes (a batch starts after the previous one of its
-// thread was sent, through a counter in Redis), one process SIGKILLed once a
-// third of the signals ran and restarted under the same name (it sends the
-// batches the killed one had not finished, with the same signal IDs).
+// thread was sent, through a counter in Redis that counts each signal once
+// its Send returned), one process SIGKILLed once a third of the signals ran
+// and restarted under the same name. The restarted one goes on from the
+// counter: a signal whose Send returned nil to the killed process is not
+// sent again (only the one whose Send was in flight, or had returned but
+// not yet been counted, at the kill), so each of them must run because it
+// was stored, not because it was re-sent.
 const (
 	soakThreads = 200
 	soakPer     = 20
@@ -229,14 +233,20 @@ func soakSend(t *testing.T, rt *signals.Runtime, c redis.UniversalClient, id str
 					if n >= (b+1)*soakBatch {
 						break
 					}
-					if n == b*soakBatch {
-						for i := b * soakBatch; i < (b+1)*soakBatch; i++ {
+					if n >= b*soakBatch {
+						// From the first signal not counted: one the
+						// killed process was told was stored is not
+						// sent again.
+						for i := n; i < (b+1)*soakBatch; i++ {
 							if _, err := rt.Send(ctx, thread, signals.Signal{ID: fmt.Sprintf("%s-%02d", thread, i), Type: "msg"}); err != nil {
 								fmt.Println("W send error", err)
 								return
 							}
+							if err := c.Incr(ctx, "sent:"+thread).Err(); err != nil {
+								fmt.Println("W count error", err)
+								return
+							}
 						}
-						c.IncrBy(ctx, "sent:"+thread, soakBatch)
 						break
 					}
 					time.Sleep(20 * time.Millisecond)
@@ -262,6 +272,28 @@ func soakAlive(t *testing.T, ws []*worker) {
 	}
 }
 
+// soakSent returns how many signals' Sends returned nil so far, over all
+// threads of the soak.
+func soakSent(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	keys := make([]string, soakThreads)
+	for th := range keys {
+		keys[th] = fmt.Sprint("sent:soak", th)
+	}
+	vs, err := c.MGet(context.Background(), keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vs {
+		if s, ok := v.(string); ok {
+			k, _ := strconv.Atoi(s)
+			n += k
+		}
+	}
+	return n
+}
+
 func TestProcSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: the multi-process soak")
@@ -278,23 +310,37 @@ func TestProcSoak(t *testing.T) {
 	}
 	c.Set(ctx, "go", "1", 0)
 
-	// Kill w1 once a third of the signals ran: threads are in flight
-	// everywhere, w1 holds some of them mid-run.
+	// Kill w1 once an eighth of the signals ran and a third were sent
+	// (sends run ahead of runs, and end well before them): threads are in
+	// flight everywhere, w1 holds some of them mid-run and is in the
+	// middle of some of its batches.
 	deadline := time.Now().Add(soakWait)
 	for {
 		soakAlive(t, ws)
 		n, _ := c.Get(ctx, "runs").Int()
-		if n >= soakTotal/3 {
+		if n >= soakTotal/8 && soakSent(t, c) >= soakTotal/3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d signals ran within %v, before the kill", n, soakTotal, soakWait)
+			t.Fatalf("only %d of %d signals sent and %d run within %v, before the kill", soakSent(t, c), soakTotal, n, soakWait)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	ws[1].signal(t, syscall.SIGKILL)
 	ws[1].wait(t, 10*time.Second)
 	killedAt := time.Now()
+	// Signals the killed process was told were stored, in batches it had
+	// not finished: the restarted one does not send them again.
+	unfinished := 0
+	for th := range soakThreads {
+		n, _ := c.Get(ctx, fmt.Sprint("sent:soak", th)).Int()
+		if n%soakBatch != 0 && soakSender(th, n/soakBatch) == "w1" {
+			unfinished += n % soakBatch
+		}
+	}
+	ranAtKill, _ := c.Get(ctx, "runs").Int()
+	t.Logf("at the kill, %d signals sent, %d run; w1 had %d stored signals in batches it had not finished (not sent again)",
+		soakSent(t, c), ranAtKill, unfinished)
 	ws[1] = startWorker(t, srv.URL(), workerCfg{ID: "w1", Inc: "#2", Mode: "soak", Delay: time.Millisecond, GoKey: "go"})
 	ws[1].expect(t, "ready", 30*time.Second)
 

@@ -36,7 +36,11 @@ type Run struct {
 // next follow-up signal of the thread, waiting at most the next-wait time
 // (WithNextWait) for one that is not delivered yet. It reports false when
 // none arrived, ctx or the run's context ended, or the runtime is closing;
-// signals that arrive later start the next run. A duplicate signal ID is
+// signals that arrive later start the next run. "Delivered" here means read
+// from the thread's inbox by this process, which a Send that returned
+// Delivered does not wait for: under load the read can take longer than
+// the next wait, and the signal then starts the next run rather than
+// coming through Next (still once, and in order). A duplicate signal ID is
 // skipped.
 func (r *Run) Next(ctx context.Context) (Signal, bool) {
 	if r.ctx.Err() != nil {

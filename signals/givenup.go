@@ -21,7 +21,9 @@ import (
 // the thread then waited a whole TTL: a later Send from this process
 // reported Forwarded to its own dead run, one from a peer ran only once
 // that lease lapsed (TestLateAcquireAfterSettleIsAdopted,
-// TestHandOffReplyLostIsAdopted).
+// TestHandOffReplyLostIsAdopted). A release that failed (not with
+// ErrNotHeld) leaves the thread the same way, leased to a tenure whose runs
+// are over (TestReleaseFailedIsTakenOver), and is remembered too.
 //
 // So this process remembers, per thread, the owners of its calls with an
 // unknown outcome, from the moment the outcome is unknown (a settle of the
@@ -30,8 +32,9 @@ import (
 // grants, keeping its token): when one of its own tries of the thread finds
 // it held by such an owner (a Send, a notice handler, the lapse watch, a
 // settle's try), when the fan-out watch sees a wake notice whose Send was
-// forwarded to such an owner (a peer's Send), and when a tenure whose
-// hand-off failed that way ends with its lease lost. The tenure that starts
+// forwarded to such an owner (a peer's Send), and when a tenure ends with
+// its release failed, or with its lease lost after a hand-off failed that
+// way. The tenure that starts
 // reads the inbox and releases the thread when nothing waits. An owner is
 // not forgotten when its lease is taken over: an acquire sent several times
 // for it (a Send's, then the settle's tries) may lease the thread to it

@@ -373,9 +373,10 @@ func (s *session) loop() {
 	held := s.held
 	s.mu.Unlock()
 	lost := false
-	released := false    // the tenure ended releasing the lease
-	handOffLost := false // a hand-off of this tenure had an unknown outcome
-	subscribed := false  // a tenure whose inbox subscription failed read nothing: it settles no notice
+	released := false      // the tenure ended releasing the lease
+	handOffLost := false   // a hand-off of this tenure had an unknown outcome
+	releaseFailed := false // the release failed: the lease may still be this tenure's
+	subscribed := false    // a tenure whose inbox subscription failed read nothing: it settles no notice
 	defer func() {
 		// The session stays in rt.sessions until the lease is released: a
 		// local Send or notice handler that finds it with quit closed waits
@@ -405,6 +406,16 @@ func (s *session) loop() {
 			ctx, cancel := rt.teardownCtx()
 			if err := held.Release(ctx); err != nil {
 				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
+				if !errors.Is(err, lease.ErrNotHeld) {
+					// The lease may still be this tenure's, a run that
+					// never starts now: remember it as a call of unknown
+					// outcome (givenup.go), so that this process takes it
+					// over when it finds it (its own Send would
+					// otherwise be Forwarded to it, and every signal
+					// would wait for the TTL: TestReleaseFailedIsTakenOver).
+					releaseFailed = true
+					rt.noteGivenUp(s.thread, runID, owner, time.Now())
+				}
 			} else {
 				released = true
 			}
@@ -417,7 +428,7 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
-		if lost || handOffLost && !released {
+		if lost || handOffLost && !released || releaseFailed {
 			// A hand-off of this tenure whose reply was lost may have
 			// leased the thread to a run that never starts: take it over
 			// (givenup.go; nothing when none was lost). Also when the

@@ -199,11 +199,7 @@ func TestSubscribeCancelledOnStalledServer(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	nop := func(context.Context, pubsub.Event) error { return nil }
 	if _, err := b.Subscribe(ctx, "warm", nop, pubsub.Group("g")); err != nil {
 		t.Fatal(err) // the connection is up
@@ -220,7 +216,7 @@ func TestSubscribeCancelledOnStalledServer(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(200*time.Millisecond, cancel)
 		start := time.Now()
-		_, err = b.Subscribe(cctx, "stalled-"+tc.name, nop, tc.opts...)
+		_, err := b.Subscribe(cctx, "stalled-"+tc.name, nop, tc.opts...)
 		d := time.Since(start)
 		t.Logf("%s: Subscribe returned %v after %v", tc.name, err, d.Round(time.Millisecond))
 		if !errors.Is(err, context.Canceled) {

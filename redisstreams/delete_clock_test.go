@@ -22,11 +22,7 @@ func TestDeleteTopicClockBehindIds(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	rdb := srv.Client(t)
 	topic := "clock"
 	sub, err := b.Subscribe(ctx, topic, func(ctx context.Context, e pubsub.Event) error { return nil }, pubsub.Group("g"))

@@ -24,11 +24,7 @@ func TestFanOutAfterDeleteTopic(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	const rounds, before, after = 200, 100, 150
 	batch := func(topic, kind string, n int) []pubsub.Publication {
 		ps := make([]pubsub.Publication, n)

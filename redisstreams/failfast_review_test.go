@@ -28,11 +28,7 @@ return 1`
 func ffReviewQueueBehindDeadline(t *testing.T, cancelFirst bool) (int, error) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	for i := range 4 { // warm: scripts cached, a few idle conns
 		if _, err := b.AcquireLease(ctx, fmt.Sprint("warm", i), "o", time.Minute); err != nil {
 			t.Fatal(err)
@@ -128,11 +124,7 @@ func ffReviewNotSent(t *testing.T, hole bool) {
 	srv := redistest.Start(t, redistest.Options{})
 	px := redistest.NewProxy(t, srv.Addr())
 	ctx := context.Background()
-	b, err := NewURL(ctx, "redis://"+px.Addr(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, "redis://"+px.Addr(), Options{})
 	if _, err := b.AcquireLease(ctx, "warm", "o", time.Minute); err != nil {
 		t.Fatal(err)
 	}

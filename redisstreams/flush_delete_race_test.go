@@ -114,18 +114,14 @@ func deleteTopicCall(first bool) func(redis.Cmder) bool {
 	}
 }
 
-// urlBackend starts a redis-server and returns it with a Backend on it made
+// startURLBackend starts a redis-server and returns it with a Backend on it made
 // as a user makes one (NewURL: go-redis's default pool), closed when the
 // test ends.
-func urlBackend(t *testing.T) (*redistest.Server, *Backend) {
+func startURLBackend(t *testing.T) (*redistest.Server, *Backend) {
 	t.Helper()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
-	b, err := NewURL(context.Background(), srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	return srv, b
 }
 
@@ -134,7 +130,7 @@ func urlBackend(t *testing.T) (*redistest.Server, *Backend) {
 // the tests start from a stream the subscription has read to its end.
 func flushRig(t *testing.T, h pubsub.Handler, hooks ...redis.Hook) *Backend {
 	t.Helper()
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	for _, hk := range hooks {
 		b.client.AddHook(hk)
@@ -309,7 +305,7 @@ func TestFlushWaitsForEventReadBeforeDelete(t *testing.T) {
 // pass, 3 of 3 runs): the group's caughtUp answered true as soon as the
 // stream or the group was gone, and Flush returned after about 55ms.
 func TestFlushGroupWaitsAcrossDeleteTopic(t *testing.T) {
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	started := make(chan struct{})
 	var slowDone atomic.Bool
@@ -386,11 +382,7 @@ func TestFlushAfterDeleteLateJoiners(t *testing.T) {
 	t.Run("GroupRecreated", func(t *testing.T) {
 		redistest.Require(t)
 		srv := redistest.Start(t, redistest.Options{})
-		b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
+		b := urlBackend(t, srv.URL(), Options{})
 		gate := newSendGate(deleteTopicCall(true))
 		b.client.AddHook(gate)
 		sub, err := b.Subscribe(ctx, "t", func(context.Context, pubsub.Event) error { return nil }, pubsub.Group("g"))
@@ -437,7 +429,7 @@ func TestFlushAfterDeleteLateJoiners(t *testing.T) {
 // fix for a running handler also counted such an entry): Flush hit its
 // 1.5s deadline, 2 of 2 runs; it returned at once on 51198bf.
 func TestFlushGroupNackedThenDeleted(t *testing.T) {
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	delGate := newSendGate(deleteTopicCall(true))
 	b.client.AddHook(delGate)

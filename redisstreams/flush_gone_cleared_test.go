@@ -26,7 +26,7 @@ import (
 // targets "mid" (lastPub keeps the higher id), which the deletion took:
 // it waits until its ctx ends.
 func TestFlushGoneClearedKeepsDeletedTarget(t *testing.T) {
-	srv, b := urlBackend(t)
+	srv, b := startURLBackend(t)
 	ctx := context.Background()
 	delGate := newSendGate(deleteTopicCall(true))
 	readGate := newSendGate(func(c redis.Cmder) bool { return strings.EqualFold(c.Name(), "xread") })

@@ -38,7 +38,7 @@ func TestFlushStaleGoneToAfterRecreatedLower(t *testing.T) {
 }
 
 func flushStaleGoneTo(t *testing.T, other bool) {
-	srv, b := urlBackend(t)
+	srv, b := startURLBackend(t)
 	ctx := context.Background()
 	// Holds, once armed, the first XREAD reply carrying entries.
 	gate := newSendGate(func(c redis.Cmder) bool {

@@ -73,11 +73,7 @@ func TestFlushStreamRecreatedDuringCheck(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	key := b.keys.Stream("t")
 	h := &xinfoGate{key: key, held: make(chan struct{}), release: make(chan struct{})}
 	b.client.AddHook(h)

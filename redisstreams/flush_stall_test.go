@@ -34,11 +34,7 @@ func flushCancelledOnStall(t *testing.T, load bool) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	sub, err := b.Subscribe(ctx, "ft", func(context.Context, pubsub.Event) error { return nil }, pubsub.Group("g"))
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 // the reader waits, after a channel was found full, until the workers
 // cleared the flag.
 func TestFanOutFullMidReadLosesNothing(t *testing.T) {
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	const n = 2_000
 	for i := range n {

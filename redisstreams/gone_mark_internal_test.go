@@ -16,7 +16,7 @@ import (
 // Before, it cleared every mark covering the written id (review 19's
 // untested suspicion; too small a window to hit with hooks).
 func TestStaleMarkSparesNewerDeletion(t *testing.T) {
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	sub, err := b.Subscribe(ctx, "t", func(context.Context, pubsub.Event) error { return nil })
 	if err != nil {

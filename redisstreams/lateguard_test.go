@@ -34,11 +34,7 @@ func TestLateGuardCreateFailsSubscribe(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	px := redistest.NewProxy(t, srv.Addr())
 	ctx := context.Background()
-	b, err := NewURL(ctx, "redis://"+px.Addr(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, "redis://"+px.Addr(), Options{})
 	c := srv.Client(t)
 	var (
 		mu  sync.Mutex

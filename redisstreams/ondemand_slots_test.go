@@ -188,10 +188,6 @@ func slotsBackend(t *testing.T) *Backend {
 	t.Helper()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
-	b, err := NewURL(context.Background(), srv.URL(), Options{Prefix: "slots"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{Prefix: "slots"})
 	return b
 }

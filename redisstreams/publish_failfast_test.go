@@ -44,11 +44,7 @@ func queuedCallsFailWithTheBatchBefore(t *testing.T, what string, call func(ctx 
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	if err := call(ctx, b, -1); err != nil { // connections and scripts warm
 		t.Fatal(err)
 	}
@@ -102,11 +98,7 @@ func TestQueuedPublishesSurviveAnErrorReply(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	if err := b.Client().Set(ctx, b.keys.Stream("bad"), "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

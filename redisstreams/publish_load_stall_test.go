@@ -41,11 +41,7 @@ func publishOwnDeadlinesUnderLoad(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	const publishers, perCall = 32, 300 * time.Millisecond
 	var stopAt time.Time
 	var mu sync.Mutex

@@ -37,6 +37,22 @@ func psBackend(t testing.TB, c redis.UniversalClient, o Options) *Backend {
 	return b
 }
 
+// urlBackend returns a Backend from NewURL(url, o), as a user builds one
+// (go-redis's default client options), with a fresh Prefix when o has
+// none, closed at cleanup.
+func urlBackend(t testing.TB, url string, o Options) *Backend {
+	t.Helper()
+	if o.Prefix == "" {
+		o.Prefix = psPrefix()
+	}
+	b, err := NewURL(t.Context(), url, o)
+	if err != nil {
+		t.Fatalf("NewURL(%s): %v", url, err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // psPeer returns the NewPeer of the suite: a second Backend with the same
 // options on a second client of the same deployment (another process's
 // view).

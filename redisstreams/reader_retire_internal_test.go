@@ -14,7 +14,7 @@ import (
 // subscription must go to a new reader (and get events), not to the
 // stopped one.
 func TestSubscribeAfterReaderRetiredUnderIt(t *testing.T) {
-	_, b := urlBackend(t)
+	_, b := startURLBackend(t)
 	ctx := context.Background()
 	nop := func(context.Context, pubsub.Event) error { return nil }
 	first, err := b.Subscribe(ctx, "t", nop)

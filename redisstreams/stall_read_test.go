@@ -25,11 +25,7 @@ func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 
 	var dead atomic.Int64
 	countDeadLetters(t, b, "t", &dead)
@@ -75,11 +71,7 @@ func TestStalledReadKeepsOrder(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := urlBackend(t, srv.URL(), Options{})
 	got := make(chan pubsub.Event, 16)
 	sub, err := b.Subscribe(ctx, "t", func(ctx context.Context, e pubsub.Event) error {
 		got <- e

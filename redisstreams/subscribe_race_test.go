@@ -24,11 +24,7 @@ func TestSubscribeWhileDeleteOrFlush(t *testing.T) {
 	for _, op := range []string{"DeleteTopic", "Flush"} {
 		t.Run(op, func(t *testing.T) {
 			ctx := context.Background()
-			b, err := NewURL(ctx, srv.URL(), Options{Prefix: psPrefix()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
+			b := urlBackend(t, srv.URL(), Options{})
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			loop := func(f func(topic string)) {

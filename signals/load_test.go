@@ -30,33 +30,94 @@ type activeLoad struct {
 	dups           int           // signals taken more than once
 	leaseLost      int64         // LeaseLost events
 	firstLost      string        // the first LeaseLost's cause and when, from the first Send
-	poolTimeouts   uint32        // go-redis pool timeouts of the runtime's client
-	poolSize       int           // the client's PoolSize (go-redis default)
-	connCap        int           // PoolSize + the pipeline pool's size: go-redis's ceiling
-	maxBlocked     int           // most connections seen blocked in a read (CLIENT LIST flag b)
-	maxConns       int           // most connections of the runtime's client seen at once
+	poolTimeouts   uint32        // go-redis pool timeouts of the runtime's client (every node's pools, the pipeline pools too)
+	poolSize       int           // the client's PoolSize (go-redis default; per node on a Cluster)
+	connCap        int           // PoolSize + the pipeline pool's size: go-redis's ceiling (per node)
+	blockedBound   int           // most connections a node may see blocked in a read
+	maxBlocked     int           // most connections one node saw blocked in a read (CLIENT LIST flag b)
+	maxConns       int           // most connections of the runtime's client one node saw at once
+	nodes          []nodeLoad    // per node (one on a standalone server)
 	allActive      time.Duration // first Send → every thread's run active at once
 	followUps      time.Duration // sending the follow-ups → every follow-up taken
 	sendsPerSecond float64       // follow-up sends per second while every thread was active
 }
 
-// runActiveThreads starts one runtime on a NewURL client (go-redis's default
-// pool: 10 connections per GOMAXPROCS) and makes n threads active at once:
-// each thread's first signal starts a run that waits until every thread's
-// run has started, then takes two follow-ups through Run.Next, sent by the
-// test while all n runs are active. It samples CLIENT LIST meanwhile. The
-// runs stay active at least two lease TTLs (renewals under load).
-func runActiveThreads(tb testing.TB, n int) activeLoad {
+// nodeLoad is what runActiveThreads measured on one Redis node.
+type nodeLoad struct {
+	addr             string
+	poolTimeouts     uint32 // main pool's and pipeline pool's timeouts of the runtime's client for this node
+	maxBlocked       int    // most connections seen blocked in a read, over the whole run
+	maxBlockedActive int    // the same, sampled only while every thread was active
+	maxConns         int    // most connections seen at once
+}
+
+// loadTarget is the Redis deployment runActiveThreadsOn loads: the
+// runtime's Backend and, per node, what to sample.
+type loadTarget struct {
+	b            *redisstreams.Backend
+	nodes        []loadNode
+	poolSize     int // per node
+	connCap      int // per node
+	blockedBound int // per node
+}
+
+type loadNode struct {
+	addr  string
+	admin redis.Cmdable                     // CLIENT LIST on this node only
+	stats func() (timeouts uint32, ok bool) // the runtime's client's pool timeouts for this node
+}
+
+// poolTimeouts is the main and pipeline pools' timeouts in s.
+func poolTimeouts(s *redis.PoolStats) uint32 {
+	t := s.Timeouts
+	if s.PipelineStats != nil {
+		t += s.PipelineStats.Timeouts
+	}
+	return t
+}
+
+// standaloneTarget starts a standalone server and a Backend on a NewURL
+// client (go-redis's default pool: 10 connections per GOMAXPROCS).
+func standaloneTarget(tb testing.TB) loadTarget {
 	tb.Helper()
 	redistest.Require(tb)
 	srv := redistest.Start(tb, redistest.Options{})
-	admin := srv.Client(tb)
-	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "load"})
+	b, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{Prefix: "load"})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = b.Close() })
+	c := b.Client().(*redis.Client)
+	o := c.Options()
+	pipe := o.PipelinePoolSize
+	if pipe == 0 {
+		pipe = redis.DefaultPipelinePoolSize
+	}
+	return loadTarget{
+		b: b,
+		nodes: []loadNode{{addr: srv.Addr(), admin: srv.Client(tb), stats: func() (uint32, bool) {
+			return poolTimeouts(c.PoolStats()), true
+		}}},
+		poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0), blockedBound: readingConnsBound,
+	}
+}
+
+// runActiveThreads is runActiveThreadsOn a standalone server.
+func runActiveThreads(tb testing.TB, n int) activeLoad {
+	tb.Helper()
+	return runActiveThreadsOn(tb, n, standaloneTarget(tb))
+}
+
+// runActiveThreadsOn starts one runtime on tgt's Backend and makes n threads
+// active at once: each thread's first signal starts a run that waits until
+// every thread's run has started, then takes two follow-ups through
+// Run.Next, sent by the test while all n runs are active. It samples CLIENT
+// LIST on every node meanwhile. The runs stay active at least two lease
+// TTLs (renewals under load).
+func runActiveThreadsOn(tb testing.TB, n int, tgt loadTarget) activeLoad {
+	tb.Helper()
+	ctx := context.Background()
+	b := tgt.b
 	const ttl = 3 * time.Second
 	var (
 		started   atomic.Int64
@@ -131,22 +192,31 @@ func runActiveThreads(tb testing.TB, n int) activeLoad {
 			tb.Errorf("Close: %v", err)
 		}
 	})
-	o := b.Client().(*redis.Client).Options()
-	pipe := o.PipelinePoolSize
-	if pipe == 0 {
-		pipe = redis.DefaultPipelinePoolSize
-	}
-	res := activeLoad{threads: n, signals: 3 * n, poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0)}
+	res := activeLoad{threads: n, signals: 3 * n, poolSize: tgt.poolSize, connCap: tgt.connCap, blockedBound: tgt.blockedBound}
 
 	// Only the sampler goroutine writes these; they are read after it ended.
-	var maxBlocked, maxConns int
+	nodes := make([]nodeLoad, len(tgt.nodes))
+	for i, nd := range tgt.nodes {
+		nodes[i].addr = nd.addr
+	}
 	sample := func() {
-		conns, blocked, err := redistest.ClientStats(ctx, admin)
-		if err != nil {
-			tb.Errorf("CLIENT LIST: %v", err)
-			return
+		active := false
+		select {
+		case <-allIn:
+			active = true
+		default:
 		}
-		maxBlocked, maxConns = max(maxBlocked, blocked), max(maxConns, conns)
+		for i, nd := range tgt.nodes {
+			conns, blocked, err := redistest.ClientStats(ctx, nd.admin)
+			if err != nil {
+				tb.Errorf("CLIENT LIST on %s: %v", nd.addr, err)
+				return
+			}
+			nodes[i].maxBlocked, nodes[i].maxConns = max(nodes[i].maxBlocked, blocked), max(nodes[i].maxConns, conns)
+			if active {
+				nodes[i].maxBlockedActive = max(nodes[i].maxBlockedActive, blocked)
+			}
+		}
 	}
 	stopSampling := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -217,8 +287,16 @@ func runActiveThreads(tb testing.TB, n int) activeLoad {
 	mu.Lock()
 	res.firstLost = firstLost
 	mu.Unlock()
-	res.poolTimeouts = b.Client().PoolStats().Timeouts
-	res.maxBlocked, res.maxConns = maxBlocked, maxConns
+	for i, nd := range tgt.nodes {
+		if to, ok := nd.stats(); ok {
+			nodes[i].poolTimeouts = to
+		} else {
+			tb.Errorf("no pool of the runtime's client for node %s", nd.addr)
+		}
+		res.poolTimeouts += nodes[i].poolTimeouts
+		res.maxBlocked, res.maxConns = max(res.maxBlocked, nodes[i].maxBlocked), max(res.maxConns, nodes[i].maxConns)
+	}
+	res.nodes = nodes
 	return res
 }
 
@@ -254,11 +332,13 @@ func checkActiveLoad(tb testing.TB, r activeLoad) {
 	if r.poolTimeouts != 0 {
 		tb.Errorf("%d pool timeouts on the default pool (%d connections)", r.poolTimeouts, r.poolSize)
 	}
-	if r.maxBlocked > readingConnsBound {
-		tb.Errorf("%d connections blocked in reads at once, want at most %d whatever the number of threads", r.maxBlocked, readingConnsBound)
-	}
-	if r.maxConns > r.connCap {
-		tb.Errorf("%d connections at once, above the client's ceiling %d (pool and pipeline pool)", r.maxConns, r.connCap)
+	for _, nd := range r.nodes {
+		if nd.maxBlocked > r.blockedBound {
+			tb.Errorf("%s: %d connections blocked in reads at once, want at most %d whatever the number of threads", nd.addr, nd.maxBlocked, r.blockedBound)
+		}
+		if nd.maxConns > r.connCap {
+			tb.Errorf("%s: %d connections at once, above the client's ceiling %d (pool and pipeline pool)", nd.addr, nd.maxConns, r.connCap)
+		}
 	}
 }
 

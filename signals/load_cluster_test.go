@@ -45,18 +45,15 @@ func clusterTarget(tb testing.TB) loadTarget {
 	tgt.blockedBound = clusterReadingConnsBound
 	for _, srv := range cl.Nodes() {
 		addr := srv.Addr()
-		tgt.nodes = append(tgt.nodes, loadNode{addr: addr, admin: srv.Client(tb), stats: func() (uint32, bool) {
-			var (
-				to    uint32
-				found bool
-			)
+		tgt.nodes = append(tgt.nodes, loadNode{addr: addr, admin: srv.Client(tb), stats: func() (*redis.PoolStats, bool) {
+			var st *redis.PoolStats
 			_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 				if c.Options().Addr == addr {
-					to, found = poolTimeouts(c.PoolStats()), true
+					st = c.PoolStats()
 				}
 				return nil
 			})
-			return to, found
+			return st, st != nil
 		}})
 	}
 	// The node clients' options, as go-redis fills them in for each master.
@@ -96,12 +93,12 @@ func TestThousandActiveThreadsCluster(t *testing.T) {
 		}
 	}
 	r := runActiveThreadsOn(t, n, clusterTarget(t))
-	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); %d leases lost; %d of %d signals taken, %d more than once; per-node pool %d (ceiling %d with the pipeline pool)",
+	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); %d leases lost; %d of %d signals taken, %d more than once; per-node pool %d (ceiling %d with the pipeline pool); a 10ms sleep overran by up to %v",
 		r.threads, r.allActive.Round(time.Millisecond), 2*r.threads, r.followUps.Round(time.Millisecond), r.sendsPerSecond,
-		r.leaseLost, r.ran, r.signals, r.dups, r.poolSize, r.connCap)
+		r.leaseLost, r.ran, r.signals, r.dups, r.poolSize, r.connCap, r.maxSchedLag.Round(time.Millisecond))
 	for _, nd := range r.nodes {
-		t.Logf("node %s: %d pool timeouts; at most %d connections, %d blocked in a read (%d while all threads were active)",
-			nd.addr, nd.poolTimeouts, nd.maxConns, nd.maxBlocked, nd.maxBlockedActive)
+		t.Logf("node %s: %d pool timeouts (%d waits for a connection, %v in all); at most %d connections, %d blocked in a read (%d while all threads were active)",
+			nd.addr, nd.poolTimeouts, nd.poolWaits, nd.poolWait.Round(time.Millisecond), nd.maxConns, nd.maxBlocked, nd.maxBlockedActive)
 	}
 	checkActiveLoad(t, r)
 }

@@ -40,15 +40,18 @@ type activeLoad struct {
 	allActive      time.Duration // first Send → every thread's run active at once
 	followUps      time.Duration // sending the follow-ups → every follow-up taken
 	sendsPerSecond float64       // follow-up sends per second while every thread was active
+	maxSchedLag    time.Duration // most a 10ms sleep of the test process overran (CPU starvation)
 }
 
 // nodeLoad is what runActiveThreads measured on one Redis node.
 type nodeLoad struct {
 	addr             string
-	poolTimeouts     uint32 // main pool's and pipeline pool's timeouts of the runtime's client for this node
-	maxBlocked       int    // most connections seen blocked in a read, over the whole run
-	maxBlockedActive int    // the same, sampled only while every thread was active
-	maxConns         int    // most connections seen at once
+	poolTimeouts     uint32        // main pool's and pipeline pool's timeouts of the runtime's client for this node
+	maxBlocked       int           // most connections seen blocked in a read, over the whole run
+	maxBlockedActive int           // the same, sampled only while every thread was active
+	maxConns         int           // most connections seen at once
+	poolWaits        uint32        // calls that waited for a connection of the main pool
+	poolWait         time.Duration // their total wait
 }
 
 // loadTarget is the Redis deployment runActiveThreadsOn loads: the
@@ -63,8 +66,8 @@ type loadTarget struct {
 
 type loadNode struct {
 	addr  string
-	admin redis.Cmdable                     // CLIENT LIST on this node only
-	stats func() (timeouts uint32, ok bool) // the runtime's client's pool timeouts for this node
+	admin redis.Cmdable                   // CLIENT LIST on this node only
+	stats func() (*redis.PoolStats, bool) // the runtime's client's pool stats for this node
 }
 
 // poolTimeouts is the main and pipeline pools' timeouts in s.
@@ -95,8 +98,8 @@ func standaloneTarget(tb testing.TB) loadTarget {
 	}
 	return loadTarget{
 		b: b,
-		nodes: []loadNode{{addr: srv.Addr(), admin: srv.Client(tb), stats: func() (uint32, bool) {
-			return poolTimeouts(c.PoolStats()), true
+		nodes: []loadNode{{addr: srv.Addr(), admin: srv.Client(tb), stats: func() (*redis.PoolStats, bool) {
+			return c.PoolStats(), true
 		}}},
 		poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0), blockedBound: readingConnsBound,
 	}
@@ -220,6 +223,19 @@ func runActiveThreadsOn(tb testing.TB, n int, tgt loadTarget) activeLoad {
 	}
 	stopSampling := make(chan struct{})
 	var sampler sync.WaitGroup
+	var maxLag time.Duration // written by the probe only, read after it ended
+	sampler.Go(func() {
+		for {
+			select {
+			case <-stopSampling:
+				return
+			default:
+			}
+			t := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			maxLag = max(maxLag, time.Since(t)-10*time.Millisecond)
+		}
+	})
 	sampler.Go(func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -286,10 +302,12 @@ func runActiveThreadsOn(tb testing.TB, n int, tgt loadTarget) activeLoad {
 	res.leaseLost = leaseLost.Load()
 	mu.Lock()
 	res.firstLost = firstLost
+	res.maxSchedLag = maxLag
 	mu.Unlock()
 	for i, nd := range tgt.nodes {
-		if to, ok := nd.stats(); ok {
-			nodes[i].poolTimeouts = to
+		if st, ok := nd.stats(); ok {
+			nodes[i].poolTimeouts = poolTimeouts(st)
+			nodes[i].poolWaits, nodes[i].poolWait = st.WaitCount, time.Duration(st.WaitDurationNs)
 		} else {
 			tb.Errorf("no pool of the runtime's client for node %s", nd.addr)
 		}
@@ -312,9 +330,9 @@ func TestThousandActiveThreadsDefaultPool(t *testing.T) {
 		n = 200
 	}
 	r := runActiveThreads(t, n)
-	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); pool %d: %d timeouts; connections: at most %d, at most %d blocked in a read; %d lease losses",
+	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); pool %d: %d timeouts; connections: at most %d, at most %d blocked in a read; %d lease losses; a 10ms sleep overran by up to %v",
 		r.threads, r.allActive.Round(time.Millisecond), 2*r.threads, r.followUps.Round(time.Millisecond), r.sendsPerSecond,
-		r.poolSize, r.poolTimeouts, r.maxConns, r.maxBlocked, r.leaseLost)
+		r.poolSize, r.poolTimeouts, r.maxConns, r.maxBlocked, r.leaseLost, r.maxSchedLag.Round(time.Millisecond))
 	checkActiveLoad(t, r)
 }
 
@@ -327,7 +345,7 @@ func checkActiveLoad(tb testing.TB, r activeLoad) {
 		tb.Errorf("%d of %d signals taken, %d more than once; want each exactly once", r.ran, r.signals, r.dups)
 	}
 	if r.leaseLost != 0 {
-		tb.Errorf("%d leases lost under load; the first: %s", r.leaseLost, r.firstLost)
+		tb.Errorf("%d leases lost under load; the first: %s (all threads active at +%v; a 10ms sleep of this process overran by up to %v)", r.leaseLost, r.firstLost, r.allActive.Round(time.Millisecond), r.maxSchedLag.Round(time.Millisecond))
 	}
 	if r.poolTimeouts != 0 {
 		tb.Errorf("%d pool timeouts on the default pool (%d connections)", r.poolTimeouts, r.poolSize)

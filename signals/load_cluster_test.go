@@ -92,9 +92,8 @@ func clusterTarget(tb testing.TB) loadTarget {
 // same time. Without -race, 1,000, 3,000 and 10,000 threads passed (10,000:
 // all active after 8.4s). With the process and its servers held to a CPU
 // quota under -race, the Cluster lost 992-1,000 of the 1,000 leases at 0.5
-// CPU (3 of 3 runs; without -race it passed there)
-// and passed at 0.75; the standalone test passed at 0.5 and lost all
-// lease at 0.35.
+// CPU (3 of 3 runs; without -race it passed there) and passed at 0.75; the
+// standalone test passed at 0.5 and lost all 1,000 leases at 0.35.
 func TestThousandActiveThreadsCluster(t *testing.T) {
 	n := 1000
 	if testing.Short() {

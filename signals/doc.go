@@ -53,7 +53,17 @@
 //     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md;
 //     it lost 3,632-6,000 of 10,000 leases to pool contention until the
 //     inbox subscriptions' periodic passes were bounded, and now fails when
-//     one is lost).
+//     one is lost). On a Cluster, a ClusterClient with go-redis's defaults
+//     (5 connections per GOMAXPROCS per master) is enough too:
+//     TestThousandActiveThreadsCluster runs the same 1,000 threads on three
+//     masters, with at most 2 connections blocked in reads, on the master
+//     of the work topic (without -race, 10,000 passed). No lease is lost
+//     as long as the process gets the CPU to renew them: one starved of it
+//     misses its batched renewals and, failing closed, loses every lease
+//     of the batch at once (TestThousandActiveThreadsCluster lost all 1,000
+//     held to half a core under -race, the standalone test at a third of
+//     one; a Cluster renews with one script per lease, each in its own
+//     slot, where a standalone server takes 1,000 in one).
 //   - On a Redis Cluster, a master that stops answering holds up the threads
 //     whose keys it holds, and every Send when it holds the work topic; the
 //     other threads go on (redisstreams batches calls per master:

@@ -1,0 +1,551 @@
+package signals_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// bhRun is one run of the agent as the agent saw it.
+type bhRun struct {
+	proc, thread, id string
+	token            uint64
+	start, end       time.Time // end: the agent saw its ctx end, or returned
+	cancelled        bool
+	sigs             []string
+}
+
+// bhLog records the runs and the deliveries of TestBlackHoleOneRuntimeUnderLoad.
+type bhLog struct {
+	mu    sync.Mutex
+	runs  []*bhRun
+	given map[string][]loadGiven
+}
+
+func (l *bhLog) agent(proc string) signals.Agent {
+	return func(ctx context.Context, r *signals.Run) error {
+		now := time.Now()
+		run := &bhRun{proc: proc, thread: r.Thread, id: r.ID, token: r.Token, start: now}
+		l.mu.Lock()
+		l.runs = append(l.runs, run)
+		for i, s := range r.Signals {
+			red := i < len(r.Redelivered) && r.Redelivered[i]
+			l.given[s.ID] = append(l.given[s.ID], loadGiven{at: now, redelivered: red, proc: proc})
+			run.sigs = append(run.sigs, s.ID)
+		}
+		l.mu.Unlock()
+		d := time.Duration(rand.IntN(5)) * time.Millisecond
+		if strings.HasPrefix(r.Thread, "busy-") {
+			d = time.Second + time.Duration(rand.IntN(2000))*time.Millisecond
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		cancelled := false
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			cancelled = true
+		}
+		end := time.Now()
+		l.mu.Lock()
+		run.end, run.cancelled = end, cancelled
+		l.mu.Unlock()
+		return nil
+	}
+}
+
+// TestBlackHoleOneRuntimeUnderLoad black-holes the network path of one of
+// three runtimes (A; its connections stay open, nothing answers) for two
+// TTLs while it owns many threads under load (20 busy threads with runs of
+// 1-3s and signals queued behind them, 100 threads of short signals sent
+// continuously from every runtime), then restores it, keeps the load a bit
+// and stops. Each runtime is on its own redisstreams.NewURL client with
+// go-redis defaults; A's goes through a redistest.Proxy. It asserts:
+//
+//  1. no two agents of a thread at once (a run's interval is from its start
+//     to when its agent saw its ctx end or returned), and fencing tokens
+//     rise with run starts;
+//  2. every signal whose Send returned nil is given to an agent, more than
+//     once only marked Redelivered;
+//  3. every thread A held at the hole with work waiting runs on B or C
+//     within TTL + recovery + 2s of the hole (doc.go "Takeover", the bound
+//     of TestProcTakeoverUnderSendStream), while A is still black-holed;
+//  4. after the restore A's Sends succeed and it runs agents again, and
+//     once sends stop nothing stays stuck: no lease held, every inbox and
+//     the work topic drained;
+//  5. A's Sends during the hole return by their ctx deadline (+500ms) with
+//     an error;
+//  6. A's Close returns within its documented bound: a TTL after the later
+//     of Close's start and A's last run's return (and its ctx + 1s).
+//
+// Variant CloseInHole closes A while it is still black-holed (2s after the
+// hole began) and restores only after Close returned; A then sends no more.
+func TestBlackHoleOneRuntimeUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40s load test: skipped under -short")
+	}
+	t.Run("RestoreThenClose", func(t *testing.T) { blackHoleUnderLoad(t, false) })
+	t.Run("CloseInHole", func(t *testing.T) { blackHoleUnderLoad(t, true) })
+}
+
+func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
+	srv, _ := startRedis(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	ctx := context.Background()
+	const (
+		ttl      = 3 * time.Second
+		recovery = 500 * time.Millisecond
+		hole     = 2 * ttl
+		busy     = 20
+		perBusy  = 6
+		short    = 100
+		senders  = 6
+		sendCtx  = time.Second
+		prefix   = "bhload"
+		slack    = 2 * time.Second
+	)
+	lg := &bhLog{given: map[string][]loadGiven{}}
+	mk := func(id, url string) (*signals.Runtime, *redisstreams.Backend) {
+		b, err := redisstreams.NewURL(ctx, url, redisstreams.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id),
+			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt, b
+	}
+	a, ab := mk("A", "redis://"+proxy.Addr()+"/0")
+	b, bb := mk("B", srv.URL())
+	c, cb := mk("C", srv.URL())
+	rts := []*signals.Runtime{a, b, c}
+	var aClosed atomic.Bool
+	t.Cleanup(func() {
+		for _, x := range []struct {
+			rt *signals.Runtime
+			b  *redisstreams.Backend
+		}{{c, cb}, {b, bb}, {a, ab}} {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_ = x.rt.Close(cctx)
+			cancel()
+			_ = x.b.Close()
+		}
+	})
+	look, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+
+	var smu sync.Mutex
+	var sends []loadSend
+	sendProc := map[string]string{}
+	send := func(i int, th, id string, d time.Duration) {
+		sctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		st := time.Now()
+		_, err := rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
+		smu.Lock()
+		sends = append(sends, loadSend{id, th, st, time.Now(), err})
+		sendProc[id] = rts[i].ProcessID()
+		smu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for i := range short {
+		for j := range rts {
+			wg.Go(func() { send(j, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
+		}
+	}
+	wg.Wait()
+	for i := range busy {
+		wg.Go(func() {
+			for k := range perBusy {
+				send(rand.IntN(len(rts)), fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
+			}
+		})
+	}
+	wg.Wait()
+	sctx, stopSends := context.WithCancel(ctx)
+	defer stopSends()
+	var n atomic.Int64
+	for range senders {
+		wg.Go(func() {
+			for sctx.Err() == nil {
+				k := n.Add(1)
+				th := fmt.Sprint("short-", rand.IntN(short))
+				if k%40 == 0 {
+					th = fmt.Sprint("busy-", rand.IntN(busy))
+				}
+				i := rand.IntN(len(rts))
+				if aClosed.Load() {
+					i = 1 + rand.IntN(2)
+				}
+				send(i, th, fmt.Sprint("s", k), sendCtx)
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+
+	var allThreads []string
+	for i := range busy {
+		allThreads = append(allThreads, fmt.Sprint("busy-", i))
+	}
+	for i := range short {
+		allThreads = append(allThreads, fmt.Sprint("short-", i))
+	}
+	// Threads A holds just before the hole.
+	aOwned := map[string]string{}
+	for _, th := range allThreads {
+		o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(o, "A/") {
+			aOwned[th] = o
+		}
+	}
+	proxy.BlackHole()
+	holed := time.Now()
+	restoredOK := false
+	t.Cleanup(func() {
+		if !restoredOK {
+			proxy.Restore()
+		}
+	})
+	// What A was doing at the hole.
+	lg.mu.Lock()
+	var aMidRun, aBusyOwned int
+	for th := range aOwned {
+		if strings.HasPrefix(th, "busy-") {
+			aBusyOwned++
+		}
+		for _, r := range lg.runs {
+			if r.thread == th && r.proc == "A" && r.end.IsZero() {
+				aMidRun++
+				break
+			}
+		}
+	}
+	lg.mu.Unlock()
+
+	var closeStart, closeEnd time.Time
+	var closeErr error
+	if closeInHole {
+		time.Sleep(2 * time.Second)
+		aClosed.Store(true)
+		closeStart = time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		closeErr = a.Close(cctx)
+		cancel()
+		closeEnd = time.Now()
+		if d := time.Until(holed.Add(hole)); d > 0 {
+			time.Sleep(d)
+		}
+	} else {
+		time.Sleep(hole)
+	}
+	proxy.Restore()
+	restoredOK = true
+	restored := time.Now()
+	time.Sleep(4 * time.Second)
+	stopSends()
+	wg.Wait()
+	sendsEnd := time.Now()
+
+	smu.Lock()
+	all := slices.Clone(sends)
+	smu.Unlock()
+	accepted := map[string]loadSend{}
+	var failed, aHoleSends, aHoleFailed, aAfter, aAfterFailed, aInFlight int
+	var aHoleMax time.Duration
+	for _, s := range all {
+		if s.err == nil {
+			accepted[s.id] = s
+		} else {
+			failed++
+		}
+		if sendProc[s.id] != "A" {
+			continue
+		}
+		if s.start.Before(holed) && s.end.After(holed) {
+			aInFlight++
+		}
+		// 5. A's Sends that began in the hole and ended before the restore.
+		if s.start.After(holed) && s.end.Before(restored) {
+			aHoleSends++
+			d := s.end.Sub(s.start)
+			aHoleMax = max(aHoleMax, d)
+			if s.err == nil {
+				t.Errorf("A's Send of %s to %s during the black hole returned nil", s.id, s.thread)
+			} else {
+				aHoleFailed++
+			}
+			if d > sendCtx+500*time.Millisecond {
+				t.Errorf("A's Send of %s during the black hole took %v (ctx %v)", s.id, d.Round(time.Millisecond), sendCtx)
+			}
+		}
+		// 4. A's Sends begun 1s after the restore succeed.
+		if !closeInHole && s.start.After(restored.Add(time.Second)) {
+			aAfter++
+			if s.err != nil {
+				aAfterFailed++
+				if aAfterFailed <= 10 {
+					t.Errorf("A's Send of %s to %s %v after the restore failed: %v", s.id, s.thread, s.start.Sub(restored).Round(time.Millisecond), s.err)
+				}
+			}
+		}
+	}
+	// 2. Every accepted signal is given.
+	const finalBound = 60 * time.Second
+	deadline := sendsEnd.Add(finalBound)
+	for {
+		var missing []string
+		lg.mu.Lock()
+		for id, s := range accepted {
+			if len(lg.given[id]) == 0 {
+				missing = append(missing, fmt.Sprintf("%s(%s by %s, sent %+.3fs from the hole)", id, s.thread, sendProc[id], s.start.Sub(holed).Seconds()))
+			}
+		}
+		lg.mu.Unlock()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(missing)
+			t.Errorf("%d accepted signals never given within %v of the senders' stop: %v", len(missing), finalBound, missing[:min(len(missing), 30)])
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	allGiven := time.Now()
+
+	// 4. Nothing stuck: no lease held, inboxes and the work topic drained.
+	settleBound := 30 * time.Second
+	settleDeadline := time.Now().Add(settleBound)
+	var left []string
+	for {
+		left = left[:0]
+		for _, th := range allThreads {
+			o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o != "" {
+				left = append(left, fmt.Sprintf("lease of %s held by %s", th, o))
+			}
+			bl, err := look.GroupBacklog(ctx, signals.InboxTopic(th), signals.InboxGroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bl.Pending != 0 || bl.Lag != 0 {
+				left = append(left, fmt.Sprintf("inbox of %s: %d pending, %d unread", th, bl.Pending, bl.Lag))
+			}
+		}
+		bl, err := look.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bl.Pending != 0 || bl.Lag != 0 {
+			left = append(left, fmt.Sprintf("work topic: %d pending, %d unread", bl.Pending, bl.Lag))
+		}
+		if len(left) == 0 || time.Now().After(settleDeadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("%v after every signal was given, still stuck (%d): %v", settleBound, len(left), left[:min(len(left), 20)])
+	}
+	settled := time.Since(allGiven)
+
+	// 6. A's Close after all this.
+	lg.mu.Lock()
+	var aLastEnd time.Time
+	for _, r := range lg.runs {
+		if r.proc == "A" && r.end.After(aLastEnd) {
+			aLastEnd = r.end
+		}
+	}
+	lg.mu.Unlock()
+	if !closeInHole {
+		aClosed.Store(true)
+		closeStart = time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		closeErr = a.Close(cctx)
+		cancel()
+		closeEnd = time.Now()
+	}
+	closeTook := closeEnd.Sub(closeStart)
+	if closeErr != nil {
+		t.Logf("A's Close returned %v", closeErr)
+	}
+	closeBound := closeStart.Add(10*time.Second + time.Second + 500*time.Millisecond)
+	if tb := later(closeStart, aLastEnd).Add(ttl + 500*time.Millisecond); tb.Before(closeBound) {
+		closeBound = tb
+	}
+	if closeEnd.After(closeBound) {
+		t.Errorf("A's Close took %v (started %+.3fs from the hole, A's last run returned %+.3fs from it): bound %v after Close's start",
+			closeTook.Round(time.Millisecond), closeStart.Sub(holed).Seconds(), aLastEnd.Sub(holed).Seconds(), closeBound.Sub(closeStart).Round(time.Millisecond))
+	}
+
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	// 1. No two agents of a thread at once; tokens rise with run starts.
+	byThread := map[string][]*bhRun{}
+	for _, r := range lg.runs {
+		byThread[r.thread] = append(byThread[r.thread], r)
+	}
+	overlaps := 0
+	for th, rs := range byThread {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		for i, r := range rs {
+			end := r.end
+			if end.IsZero() {
+				end = time.Now()
+			}
+			for _, q := range rs[i+1:] {
+				if q.start.Before(end) {
+					overlaps++
+					if overlaps <= 10 {
+						t.Errorf("%s: run %s on %s (token %d, %+.3fs..%+.3fs from the hole, cancelled=%v) and run %s on %s (token %d, started %+.3fs) at once",
+							th, r.id, r.proc, r.token, r.start.Sub(holed).Seconds(), end.Sub(holed).Seconds(), r.cancelled, q.id, q.proc, q.token, q.start.Sub(holed).Seconds())
+					}
+				}
+				if q.token <= r.token {
+					t.Errorf("%s: run %s on %s (token %d) started after run %s on %s (token %d)", th, q.id, q.proc, q.token, r.id, r.proc, r.token)
+				}
+			}
+		}
+	}
+	// 2. Duplicates only flagged.
+	var dupFlagged, dupUnflagged int
+	for id, gs := range lg.given {
+		fresh := 0
+		for _, g := range gs {
+			if !g.redelivered {
+				fresh++
+			}
+		}
+		if fresh > 1 {
+			dupUnflagged++
+			if dupUnflagged <= 10 {
+				t.Errorf("signal %s given %d times without Redelivered: %+v", id, fresh, gs)
+			}
+		} else if len(gs) > 1 {
+			dupFlagged++
+		}
+	}
+	// 3. Takeover of A's threads with work waiting, by B or C, while the
+	// hole lasts.
+	takeBound := ttl + recovery + slack
+	var takeovers []time.Duration
+	var aCancelled int
+	var slowTake time.Duration
+	var slowDesc string
+	for th := range aOwned {
+		// pending: an accepted signal not given before the hole, or given
+		// to an A run that was cancelled; from when it was pending.
+		var pend time.Time
+		for id, s := range accepted {
+			if s.thread != th || !s.start.Before(restored) {
+				continue
+			}
+			gs := lg.given[id]
+			waiting := len(gs) == 0 || !gs[0].at.Before(holed)
+			if !waiting {
+				for _, r := range byThread[th] {
+					if r.proc == "A" && r.cancelled && slices.Contains(r.sigs, id) {
+						waiting = true
+					}
+				}
+			}
+			if waiting {
+				p := later(s.start, holed)
+				if pend.IsZero() || p.Before(pend) {
+					pend = p
+				}
+			}
+		}
+		for _, r := range byThread[th] {
+			if r.proc == "A" && r.cancelled && r.end.After(holed) && r.end.Before(restored) {
+				aCancelled++
+			}
+		}
+		if pend.IsZero() {
+			continue
+		}
+		var first *bhRun
+		for _, r := range byThread[th] {
+			if !r.start.Before(holed) && (r.proc != "A" || !r.start.Before(restored)) {
+				first = r
+				break
+			}
+		}
+		bound := later(holed.Add(takeBound), pend.Add(slack))
+		if first == nil {
+			t.Errorf("thread %s (A's %s at the hole, work waiting from %+.3fs) never ran again", th, aOwned[th], pend.Sub(holed).Seconds())
+			continue
+		}
+		d := first.start.Sub(holed)
+		takeovers = append(takeovers, d)
+		if d > slowTake {
+			slowTake = d
+			slowDesc = fmt.Sprintf("%s by %s, work waiting from %+.3fs, A's lease %s", th, first.proc, pend.Sub(holed).Seconds(), aOwned[th])
+		}
+		if first.start.After(bound) {
+			t.Errorf("thread %s (A's %s at the hole, work waiting from %+.3fs): first run after it %v after the hole (on %s), bound %v",
+				th, aOwned[th], pend.Sub(holed).Seconds(), d.Round(time.Millisecond), first.proc, bound.Sub(holed).Round(time.Millisecond))
+		}
+		if bound.Before(restored) && first.start.After(restored) {
+			t.Errorf("thread %s taken over only after the restore (%v after the hole)", th, d.Round(time.Millisecond))
+		}
+	}
+	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
+	// 4. A runs agents after the restore.
+	aRunsAfter := 0
+	for _, r := range lg.runs {
+		if r.proc == "A" && r.start.After(restored) {
+			aRunsAfter++
+		}
+	}
+	if !closeInHole && aRunsAfter == 0 {
+		t.Errorf("A started no run after the restore")
+	}
+	pct := func(p float64) time.Duration {
+		if len(takeovers) == 0 {
+			return 0
+		}
+		return takeovers[min(len(takeovers)-1, int(p*float64(len(takeovers))))].Round(time.Millisecond)
+	}
+	t.Logf("sends %d, accepted %d, failed %d; A's sends in the hole %d (failed %d, slowest %v); A's sends from restore+1s %d (failed %d)",
+		len(all), len(accepted), failed, aHoleSends, aHoleFailed, aHoleMax.Round(time.Millisecond), aAfter, aAfterFailed)
+	t.Logf("A's Sends in flight at the hole: %d", aInFlight)
+	t.Logf("A held %d threads at the hole (%d busy, %d mid-run); A's runs cancelled in the hole: %d; A's runs after the restore: %d",
+		len(aOwned), aBusyOwned, aMidRun, aCancelled, aRunsAfter)
+	t.Logf("takeovers of A's threads with work waiting: %d, after the hole: min %v, median %v, p90 %v, max %v (bound %v)",
+		len(takeovers), pct(0), pct(0.5), pct(0.9), pct(1), takeBound)
+	t.Logf("slowest takeover: %v, %s", slowTake.Round(time.Millisecond), slowDesc)
+	t.Logf("duplicates: %d flagged Redelivered, %d unflagged; overlaps %d; settled %v after all given; A's Close %v (err %v, started %+.3fs from the hole, A's last run returned %+.3fs)",
+		dupFlagged, dupUnflagged, overlaps, settled.Round(time.Millisecond), closeTook.Round(time.Millisecond), closeErr, closeStart.Sub(holed).Seconds(), aLastEnd.Sub(holed).Seconds())
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -570,6 +570,13 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 	}
 	kctx, kcancel := context.WithCancel(base)
 	stop := context.AfterFunc(rt.hardCtx, kcancel)
+	// And with tearCtx: Close's teardown ends a TTL after the runs
+	// returned whatever its ctx, and it waits for this session (rt.wg); a
+	// recovery's acquire sent into a black hole otherwise held it for
+	// go-redis's timeouts and retries, or until Close's ctx ended
+	// (TestCloseWithRecoveryAcquireInHole: 16.0s at TTL 2s with
+	// context.Background()).
+	stopTear := context.AfterFunc(rt.tearCtx, kcancel)
 	var held *lease.Held
 	sentNothing := kctx.Err() != nil // (then the outcome is known: not taken)
 	if sentNothing {
@@ -578,6 +585,7 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		held, err = rt.keeper.Keep(kctx, LeaseKey(thread), owner, rt.cfg.ttl)
 	}
 	stop()
+	stopTear()
 	kcancel()
 	if err != nil {
 		var he *lease.HeldError
@@ -667,6 +675,7 @@ func (rt *Runtime) settleAcquire(thread, runID, owner string) {
 		handBack := func() {
 			ctx, cancel := context.WithTimeout(rt.hardCtx, closeGrace)
 			defer cancel()
+			defer context.AfterFunc(rt.tearCtx, cancel)() // the teardown's end bounds it too
 			if err := rt.lp.ReleaseLease(ctx, LeaseKey(thread), owner); err != nil && !errors.Is(err, lease.ErrNotHeld) {
 				rt.log.Warn("signals: releasing a lease a given-up acquire may have taken failed; it expires after its TTL",
 					"thread", thread, "owner", owner, "err", err)

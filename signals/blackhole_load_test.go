@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -251,14 +249,7 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 		aClosed.Store(true)
 		closeStart = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		dump := time.AfterFunc(ttl+2*time.Second, func() {
-			if f, err := os.Create(fmt.Sprintf("/tmp/revS_close_dump_%d.txt", time.Now().UnixNano())); err == nil {
-				_ = pprof.Lookup("goroutine").WriteTo(f, 2)
-				f.Close()
-			}
-		})
 		closeErr = a.Close(cctx)
-		dump.Stop()
 		cancel()
 		closeEnd = time.Now()
 		if d := time.Until(holed.Add(hole)); d > 0 {

@@ -432,23 +432,7 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 		}
 	}
 	// 2. Duplicates only flagged.
-	var dupFlagged, dupUnflagged int
-	for id, gs := range lg.given {
-		fresh := 0
-		for _, g := range gs {
-			if !g.redelivered {
-				fresh++
-			}
-		}
-		if fresh > 1 {
-			dupUnflagged++
-			if dupUnflagged <= 10 {
-				t.Errorf("signal %s given %d times without Redelivered: %+v", id, fresh, gs)
-			}
-		} else if len(gs) > 1 {
-			dupFlagged++
-		}
-	}
+	dupFlagged, dupUnflagged := checkGivenOnce(t, lg.given)
 	// 3. Takeover of A's threads with work waiting, by B or C, while the
 	// hole lasts.
 	takeBound := ttl + recovery + slack

@@ -72,6 +72,32 @@ func (l *loadLog) observe(e signals.Event) {
 	}
 }
 
+// checkGivenOnce fails t for each signal of given (per signal ID, each time
+// an agent was given it) given more than once without being marked
+// Redelivered (the first ten are named), and returns how many were given
+// more than once, all but once marked Redelivered (flagged), and how many
+// were not (unflagged).
+func checkGivenOnce(t *testing.T, given map[string][]loadGiven) (flagged, unflagged int) {
+	t.Helper()
+	for id, gs := range given {
+		fresh := 0
+		for _, g := range gs {
+			if !g.redelivered {
+				fresh++
+			}
+		}
+		if fresh > 1 {
+			unflagged++
+			if unflagged <= 10 {
+				t.Errorf("signal %s given %d times without Redelivered: %+v", id, fresh, gs)
+			}
+		} else if len(gs) > 1 {
+			flagged++
+		}
+	}
+	return flagged, unflagged
+}
+
 // agent runs each run's first signals (busy-* threads: 1-3s each, others
 // 0-5ms) and returns, so that queued signals go by hand-off.
 func (l *loadLog) agent(proc string) signals.Agent {
@@ -413,22 +439,8 @@ func lateLeasesUnderLoad(t *testing.T, ttl, stall time.Duration) {
 	for _, o := range lg.overlaps {
 		t.Errorf("two agents at once: %s", o)
 	}
-	var dupFlagged, dupUnflagged int
+	dupFlagged, dupUnflagged := checkGivenOnce(t, lg.given)
 	for id, gs := range lg.given {
-		fresh := 0
-		for _, g := range gs {
-			if !g.redelivered {
-				fresh++
-			}
-		}
-		if fresh > 1 {
-			dupUnflagged++
-			if dupUnflagged <= 10 {
-				t.Errorf("signal %s given %d times without Redelivered: %+v", id, fresh, gs)
-			}
-		} else if len(gs) > 1 {
-			dupFlagged++
-		}
 		doneN := 0
 		for _, g := range gs {
 			if g.done {

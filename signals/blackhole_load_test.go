@@ -150,54 +150,15 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	}
 	defer look.Close()
 
-	var smu sync.Mutex
-	var sends []loadSend
-	sendProc := map[string]string{}
-	send := func(i int, th, id string, d time.Duration) {
-		sctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		st := time.Now()
-		_, err := rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
-		smu.Lock()
-		sends = append(sends, loadSend{id, th, st, time.Now(), err})
-		sendProc[id] = rts[i].ProcessID()
-		smu.Unlock()
-	}
-	var wg sync.WaitGroup
-	for i := range short {
-		for j := range rts {
-			wg.Go(func() { send(j, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
+	ls := newLoadSender(rts...)
+	ls.warmUp(short, busy, perBusy)
+	stopSends := ls.stream(senders, short, busy, sendCtx, func() int {
+		if aClosed.Load() {
+			return 1 + rand.IntN(2) // B or C
 		}
-	}
-	wg.Wait()
-	for i := range busy {
-		wg.Go(func() {
-			for k := range perBusy {
-				send(rand.IntN(len(rts)), fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
-			}
-		})
-	}
-	wg.Wait()
-	sctx, stopSends := context.WithCancel(ctx)
+		return rand.IntN(len(rts))
+	})
 	defer stopSends()
-	var n atomic.Int64
-	for range senders {
-		wg.Go(func() {
-			for sctx.Err() == nil {
-				k := n.Add(1)
-				th := fmt.Sprint("short-", rand.IntN(short))
-				if k%40 == 0 {
-					th = fmt.Sprint("busy-", rand.IntN(busy))
-				}
-				i := rand.IntN(len(rts))
-				if aClosed.Load() {
-					i = 1 + rand.IntN(2)
-				}
-				send(i, th, fmt.Sprint("s", k), sendCtx)
-				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-			}
-		})
-	}
 	time.Sleep(3 * time.Second)
 
 	var allThreads []string
@@ -263,12 +224,10 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	restored := time.Now()
 	time.Sleep(4 * time.Second)
 	stopSends()
-	wg.Wait()
 	sendsEnd := time.Now()
 
-	smu.Lock()
-	all := slices.Clone(sends)
-	smu.Unlock()
+	all := ls.all()
+	sendProc := ls.proc // (the senders have stopped)
 	accepted := map[string]loadSend{}
 	var failed, aHoleSends, aHoleFailed, aAfter, aAfterFailed, aInFlight int
 	var aHoleMax time.Duration

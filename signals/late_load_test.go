@@ -182,6 +182,85 @@ type loadSend struct {
 	err        error
 }
 
+// loadSender drives the sends of a load test over its runtimes and records
+// each one (loadSend) and the runtime that sent it.
+type loadSender struct {
+	rts []*signals.Runtime
+
+	mu    sync.Mutex
+	sends []loadSend
+	proc  map[string]string // signal ID → the ProcessID of the runtime that sent it
+}
+
+func newLoadSender(rts ...*signals.Runtime) *loadSender {
+	return &loadSender{rts: rts, proc: map[string]string{}}
+}
+
+// send sends signal id to thread th from runtime i with a ctx of d.
+func (l *loadSender) send(i int, th, id string, d time.Duration) {
+	sctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	st := time.Now()
+	_, err := l.rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
+	l.mu.Lock()
+	l.sends = append(l.sends, loadSend{id, th, st, time.Now(), err})
+	l.proc[id] = l.rts[i].ProcessID()
+	l.mu.Unlock()
+}
+
+// warmUp sends one signal to each of short threads "short-i" from each
+// runtime, then perBusy signals to each of busy threads "busy-i", queued in
+// order from one sender per thread (a random runtime each), and returns
+// once all were sent.
+func (l *loadSender) warmUp(short, busy, perBusy int) {
+	var wg sync.WaitGroup
+	for i := range short {
+		for j := range l.rts {
+			wg.Go(func() { l.send(j, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
+		}
+	}
+	wg.Wait()
+	for i := range busy {
+		wg.Go(func() {
+			for k := range perBusy {
+				l.send(rand.IntN(len(l.rts)), fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// stream starts senders goroutines that send signals "s<k>" with a ctx of
+// d, each to a random short thread (every 40th to a random busy thread),
+// from the runtime pick returns, 0-20ms apart, until the returned stop is
+// called; stop waits for them.
+func (l *loadSender) stream(senders, short, busy int, d time.Duration, pick func() int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	for range senders {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				k := n.Add(1)
+				th := fmt.Sprint("short-", rand.IntN(short))
+				if k%40 == 0 { // some to the busy threads too
+					th = fmt.Sprint("busy-", rand.IntN(busy))
+				}
+				l.send(pick(), th, fmt.Sprint("s", k), d)
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// all returns the sends so far.
+func (l *loadSender) all() []loadSend {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sends)
+}
+
 // TestLateLeasesUnderLoad checks, under load, the promises about late
 // leases (givenup.go, doc.go "What a user must know first", README's
 // signals paragraph): 3 runtimes on NewURL default clients, 20 busy threads
@@ -249,51 +328,13 @@ func lateLeasesUnderLoad(t *testing.T, ttl, stall time.Duration) {
 	}
 	defer look.Close()
 
-	var smu sync.Mutex
-	var sends []loadSend
+	ls := newLoadSender(rts...)
 	send := func(rt *signals.Runtime, th, id string, d time.Duration) {
-		sctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		st := time.Now()
-		_, err := rt.Send(sctx, th, signals.Signal{ID: id, Type: "t"})
-		smu.Lock()
-		sends = append(sends, loadSend{id, th, st, time.Now(), err})
-		smu.Unlock()
+		ls.send(slices.Index(rts, rt), th, id, d)
 	}
-	// Warm: one signal per short thread from each runtime.
-	var wg sync.WaitGroup
-	for i := range short {
-		for j, rt := range rts {
-			wg.Go(func() { send(rt, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
-		}
-	}
-	wg.Wait()
-	// Busy threads: perBusy signals each, queued in order from one sender
-	// per thread (random runtime each).
-	for i := range busy {
-		wg.Go(func() {
-			for k := range perBusy {
-				send(rts[rand.IntN(len(rts))], fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
-			}
-		})
-	}
-	wg.Wait()
-	// Short senders, until stopSends.
-	sctx, stopSends := context.WithCancel(ctx)
-	var n atomic.Int64
-	for range senders {
-		wg.Go(func() {
-			for sctx.Err() == nil {
-				k := n.Add(1)
-				th := fmt.Sprint("short-", rand.IntN(short))
-				if k%40 == 0 { // some to the busy threads too
-					th = fmt.Sprint("busy-", rand.IntN(busy))
-				}
-				send(rts[rand.IntN(len(rts))], th, fmt.Sprint("s", k), sendCtx)
-				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-			}
-		})
-	}
+	ls.warmUp(short, busy, perBusy)
+	stopSends := ls.stream(senders, short, busy, sendCtx, func() int { return rand.IntN(len(rts)) })
+	defer stopSends()
 	time.Sleep(3 * time.Second)
 	paused := time.Now()
 	srv.Pause(t)
@@ -381,14 +422,11 @@ func lateLeasesUnderLoad(t *testing.T, ttl, stall time.Duration) {
 	}
 	time.Sleep(3 * time.Second)
 	stopSends()
-	wg.Wait()
 	bwg.Wait()
 	sendsEnd := time.Now()
 
 	// Every accepted signal runs.
-	smu.Lock()
-	all := slices.Clone(sends)
-	smu.Unlock()
+	all := ls.all()
 	accepted := map[string]loadSend{}
 	var failed, failedStall, ctxErrs int
 	for _, s := range all {

@@ -1206,7 +1206,9 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // stopped answering (TestCloseNoDeadlineOnStalledServer, TTL 3s: 3.0s after the
 // run returned, where each step waited for go-redis's timeouts in turn
 // before: 21.0s; with the default 15s TTL and 5 lingering tenures, 15.0s
-// where it was 35s);
+// where it was 35s), also when a notice handler's lease try was in flight
+// as its path to Redis went dead (TestCloseWithRecoveryAcquireInHole, TTL
+// 2s: 2.0s, where it waited 16.0s for that call);
 // pass a ctx with a deadline to bound the runs too (on SIGTERM, shorter
 // than what the supervisor waits before SIGKILL). It does not close the pubsub. It
 // is idempotent and safe to call concurrently; every call waits for the

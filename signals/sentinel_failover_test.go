@@ -1,0 +1,523 @@
+package signals_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// logCount is a slog handler that counts records by level and message, for
+// the figures of TestSentinelFailoverUnderLoad (the runtimes' and backends'
+// warnings during a failover would flood -v output).
+type logCount struct {
+	mu *sync.Mutex
+	n  map[string]int
+}
+
+func (h logCount) Enabled(context.Context, slog.Level) bool { return true }
+func (h logCount) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.n[r.Level.String()+" "+r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+func (h logCount) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logCount) WithGroup(string) slog.Handler      { return h }
+
+// TestSentinelFailoverUnderLoad runs three runtimes on a Sentinel deployment
+// (a master and two replicas), each on its own failover client with
+// go-redis's defaults and redisstreams.New, as users run them, under load
+// (20 busy threads with runs of 1-3s and signals queued behind them, 80
+// threads of short signals sent continuously from every runtime), and kills
+// the master mid-load (redistest.Sentinel.Failover: SIGKILL, then waits for
+// the promotion). Redis replicates asynchronously, so writes the old master
+// acknowledged may be lost (README "Not offered", redisstreams/doc.go
+// "Durability"): signals accepted before the kill may never run or run
+// again unflagged, and without LeaseSyncReplicas a fencing token may be
+// handed out again. Those are reported as figures. Asserted:
+//
+//  1. Sends work again: every Send begun more than sendBackBound after the
+//     promotion returns nil, and every signal whose Send began after the
+//     kill (so was stored on the promoted replica) and returned nil is
+//     given to an agent, more than once only marked Redelivered;
+//  2. no thread is stuck: every thread with an accepted signal waiting at
+//     the promotion (one that ran at some point: a lost one is allowed)
+//     starts a run within TTL + recovery + the longest run (3s) + 2s of
+//     the promotion; once sends stop, every lease is free and every inbox
+//     group and the work group drain;
+//  3. with LeaseSyncReplicas 1 (variant Sync): per thread, fencing tokens
+//     rise strictly with run starts and no two agents run at once (the
+//     variant Async reports the same figures without asserting them);
+//  4. Close of each runtime returns within TTL + 1s.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40s failover load test: skipped under -short")
+	}
+	t.Run("Async", func(t *testing.T) { sentinelFailoverUnderLoad(t, 0) })
+	t.Run("Sync", func(t *testing.T) { sentinelFailoverUnderLoad(t, 1) })
+}
+
+func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
+	st := redistest.StartSentinel(t, 2)
+	ctx := context.Background()
+	const (
+		ttl           = 3 * time.Second
+		recovery      = 500 * time.Millisecond
+		busy          = 20
+		perBusy       = 6
+		short         = 80
+		senders       = 6
+		sendCtx       = 2 * time.Second
+		prefix        = "sfload"
+		maxRun        = 3 * time.Second
+		slack         = 2 * time.Second
+		sendBackBound = 5 * time.Second
+		afterPromote  = 6 * time.Second
+	)
+	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
+	logger := slog.New(logs)
+	lg := &bhLog{given: map[string][]loadGiven{}}
+	mk := func(id string) (*signals.Runtime, *redisstreams.Backend) {
+		b, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, LeaseSyncReplicas: syncReplicas, Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
+			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt, b
+	}
+	a, ab := mk("A")
+	b, bb := mk("B")
+	c, cb := mk("C")
+	rts := []*signals.Runtime{a, b, c}
+	bes := []*redisstreams.Backend{ab, bb, cb}
+	closed := false
+	t.Cleanup(func() {
+		if closed {
+			return
+		}
+		for i := range rts {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_ = rts[i].Close(cctx)
+			cancel()
+			_ = bes[i].Close()
+		}
+	})
+	look, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+
+	var smu sync.Mutex
+	var sends []loadSend
+	sendProc := map[string]string{}
+	send := func(i int, th, id string, d time.Duration) {
+		sctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		s0 := time.Now()
+		_, err := rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
+		smu.Lock()
+		sends = append(sends, loadSend{id, th, s0, time.Now(), err})
+		sendProc[id] = rts[i].ProcessID()
+		smu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for i := range short {
+		for j := range rts {
+			wg.Go(func() { send(j, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
+		}
+	}
+	wg.Wait()
+	for i := range busy {
+		wg.Go(func() {
+			for k := range perBusy {
+				send(rand.IntN(len(rts)), fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
+			}
+		})
+	}
+	wg.Wait()
+	sctx, stopSends := context.WithCancel(ctx)
+	defer stopSends()
+	var n atomic.Int64
+	for range senders {
+		wg.Go(func() {
+			for sctx.Err() == nil {
+				k := n.Add(1)
+				th := fmt.Sprint("short-", rand.IntN(short))
+				if k%40 == 0 {
+					th = fmt.Sprint("busy-", rand.IntN(busy))
+				}
+				send(rand.IntN(len(rts)), th, fmt.Sprint("s", k), sendCtx)
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+
+	var allThreads []string
+	for i := range busy {
+		allThreads = append(allThreads, fmt.Sprint("busy-", i))
+	}
+	for i := range short {
+		allThreads = append(allThreads, fmt.Sprint("short-", i))
+	}
+
+	// The kill: when the old master stops accepting connections (Failover
+	// waits for a settled master first, then kills it).
+	old := st.Master().Addr()
+	var killedAt atomic.Int64
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			cn, err := net.DialTimeout("tcp", old, 100*time.Millisecond)
+			if err != nil {
+				killedAt.Store(time.Now().UnixNano())
+				return
+			}
+			cn.Close()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	failStart := time.Now()
+	st.Failover(t)
+	promoted := time.Now()
+	<-watchDone
+	killed := time.Unix(0, killedAt.Load())
+	time.Sleep(afterPromote)
+	stopSends()
+	wg.Wait()
+	sendsEnd := time.Now()
+
+	smu.Lock()
+	all := slices.Clone(sends)
+	smu.Unlock()
+	accepted := map[string]loadSend{}
+	var failed, failedAfterBound, afterKill, beforeKill, duringFO, postProm int
+	firstOK := map[string]time.Time{}
+	var lastFailStart time.Time
+	for _, s := range all {
+		if s.err == nil {
+			accepted[s.id] = s
+		} else {
+			failed++
+			if s.start.After(lastFailStart) {
+				lastFailStart = s.start
+			}
+		}
+		if s.err == nil && s.start.After(promoted) {
+			p := sendProc[s.id]
+			if f, ok := firstOK[p]; !ok || s.end.Before(f) {
+				firstOK[p] = s.end
+			}
+		}
+		if s.start.After(promoted.Add(sendBackBound)) && s.err != nil {
+			failedAfterBound++
+			if failedAfterBound <= 10 {
+				t.Errorf("Send of %s to %s by %s, begun %v after the promotion, failed: %v", s.id, s.thread, sendProc[s.id], s.start.Sub(promoted).Round(time.Millisecond), s.err)
+			}
+		}
+		if s.err != nil {
+			continue
+		}
+		switch {
+		case s.start.After(promoted):
+			postProm++
+			afterKill++
+		case s.start.After(killed):
+			duringFO++
+			afterKill++
+		default:
+			beforeKill++
+		}
+	}
+	for _, rt := range rts {
+		if _, ok := firstOK[rt.ProcessID()]; !ok {
+			t.Errorf("no Send by %s begun after the promotion returned nil", rt.ProcessID())
+		}
+	}
+
+	// 1. Every signal accepted after the kill is given.
+	const finalBound = 60 * time.Second
+	deadline := sendsEnd.Add(finalBound)
+	for {
+		var missing []string
+		lg.mu.Lock()
+		for id, s := range accepted {
+			if s.start.After(killed) && len(lg.given[id]) == 0 {
+				missing = append(missing, fmt.Sprintf("%s(%s by %s, sent %+.3fs from the promotion)", id, s.thread, sendProc[id], s.start.Sub(promoted).Seconds()))
+			}
+		}
+		lg.mu.Unlock()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(missing)
+			t.Errorf("%d signals accepted after the kill never given within %v of the senders' stop: %v", len(missing), finalBound, missing[:min(len(missing), 30)])
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	allGiven := time.Now()
+
+	// 2b. Nothing stuck: no lease held, inboxes and the work group drained.
+	settleBound := 30 * time.Second
+	settleDeadline := time.Now().Add(settleBound)
+	var left []string
+	for {
+		left = left[:0]
+		for _, th := range allThreads {
+			o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o != "" {
+				left = append(left, fmt.Sprintf("lease of %s held by %s", th, o))
+			}
+			bl, err := look.GroupBacklog(ctx, signals.InboxTopic(th), signals.InboxGroup)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bl.Pending != 0 || bl.Lag != 0 {
+				left = append(left, fmt.Sprintf("inbox of %s: %d pending, %d unread", th, bl.Pending, bl.Lag))
+			}
+		}
+		bl, err := look.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bl.Pending != 0 || bl.Lag != 0 {
+			left = append(left, fmt.Sprintf("work group: %d pending, %d unread", bl.Pending, bl.Lag))
+		}
+		if len(left) == 0 || time.Now().After(settleDeadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("%v after every signal accepted after the kill was given, still stuck (%d): %v", settleBound, len(left), left[:min(len(left), 20)])
+	}
+	settled := time.Since(allGiven)
+
+	// 4. Close.
+	var closeTimes []time.Duration
+	for i, rt := range rts {
+		c0 := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := rt.Close(cctx)
+		cancel()
+		d := time.Since(c0)
+		closeTimes = append(closeTimes, d.Round(time.Millisecond))
+		if err != nil {
+			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
+		}
+		if d > ttl+time.Second {
+			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
+		}
+		_ = bes[i].Close()
+	}
+	closed = true
+
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	// 3. Overlaps and tokens.
+	byThread := map[string][]*bhRun{}
+	for _, r := range lg.runs {
+		byThread[r.thread] = append(byThread[r.thread], r)
+	}
+	overlaps, tokenRepeat, tokenBack, sameRun := 0, 0, 0, 0
+	var anomalies []string
+	for th, rs := range byThread {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		for i, r := range rs {
+			end := r.end
+			if end.IsZero() {
+				end = time.Now()
+			}
+			for _, q := range rs[i+1:] {
+				if q.start.Before(end) {
+					overlaps++
+					anomalies = append(anomalies, fmt.Sprintf("%s: run %s on %s (token %d, %+.3fs..%+.3fs from the promotion, cancelled=%v) and run %s on %s (token %d, started %+.3fs) at once",
+						th, r.id, r.proc, r.token, r.start.Sub(promoted).Seconds(), end.Sub(promoted).Seconds(), r.cancelled, q.id, q.proc, q.token, q.start.Sub(promoted).Seconds()))
+				}
+			}
+			if i+1 < len(rs) {
+				q := rs[i+1]
+				if q.id == r.id && q.proc == r.proc {
+					// The same run started again: a tenure whose release
+					// failed, taken over "for that run" (givenup.go),
+					// keeping its owner and token. Reported, not asserted.
+					sameRun++
+					if sameRun <= 3 {
+						t.Logf("run %s on %s of %s (token %d) started again %+.3fs from the promotion (first %+.3fs, ended %+.3fs)",
+							q.id, q.proc, th, q.token, q.start.Sub(promoted).Seconds(), r.start.Sub(promoted).Seconds(), r.end.Sub(promoted).Seconds())
+					}
+				} else if q.token <= r.token {
+					if q.token == r.token {
+						tokenRepeat++
+					} else {
+						tokenBack++
+					}
+					anomalies = append(anomalies, fmt.Sprintf("%s: run %s on %s (token %d, started %+.3fs from the promotion) after run %s on %s (token %d, started %+.3fs)",
+						th, q.id, q.proc, q.token, q.start.Sub(promoted).Seconds(), r.id, r.proc, r.token, r.start.Sub(promoted).Seconds()))
+				}
+			}
+		}
+	}
+	if syncReplicas > 0 {
+		for _, s := range anomalies[:min(len(anomalies), 10)] {
+			t.Errorf("with LeaseSyncReplicas %d: %s", syncReplicas, s)
+		}
+	} else {
+		for _, s := range anomalies[:min(len(anomalies), 10)] {
+			t.Logf("allowed without LeaseSyncReplicas: %s", s)
+		}
+	}
+
+	// 1b. Duplicates: after the kill only flagged; before it, reported.
+	givenAfter := map[string][]loadGiven{}
+	var lost, lostDuring, dupBeforeFlagged, dupBeforeUnflagged, redeliveredAny int
+	var unflaggedBefore []string
+	for id, s := range accepted {
+		gs := lg.given[id]
+		for _, g := range gs {
+			if g.redelivered {
+				redeliveredAny++
+				break
+			}
+		}
+		if s.start.After(killed) {
+			givenAfter[id] = gs
+			continue
+		}
+		if len(gs) == 0 {
+			lost++
+			if s.end.After(killed) {
+				lostDuring++
+			}
+			continue
+		}
+		fresh := 0
+		for _, g := range gs {
+			if !g.redelivered {
+				fresh++
+			}
+		}
+		switch {
+		case fresh > 1:
+			dupBeforeUnflagged++
+			unflaggedBefore = append(unflaggedBefore, fmt.Sprintf("%s(%s, sent %+.3fs, %+v)", id, s.thread, s.start.Sub(promoted).Seconds(), gs))
+		case len(gs) > 1:
+			dupBeforeFlagged++
+		}
+	}
+	dupFlagged, dupUnflagged := checkGivenOnce(t, givenAfter)
+
+	// 2a. Every thread with work waiting at the promotion runs within the
+	// bound.
+	takeBound := ttl + recovery + maxRun + slack
+	var firstRuns []time.Duration
+	var slowest time.Duration
+	var slowDesc string
+	for _, th := range allThreads {
+		waiting := false
+		for id, s := range accepted {
+			if s.thread != th || !s.start.Before(promoted) {
+				continue
+			}
+			gs := lg.given[id]
+			if len(gs) > 0 && !gs[0].at.Before(promoted) {
+				waiting = true // ran, but only after the promotion
+				break
+			}
+		}
+		if !waiting {
+			continue
+		}
+		var first *bhRun
+		for _, r := range byThread[th] {
+			if !r.start.Before(promoted) {
+				first = r
+				break
+			}
+		}
+		if first == nil {
+			t.Errorf("thread %s had work waiting at the promotion and never ran after it", th)
+			continue
+		}
+		d := first.start.Sub(promoted)
+		firstRuns = append(firstRuns, d)
+		if d > slowest {
+			slowest, slowDesc = d, fmt.Sprintf("%s on %s token %d", th, first.proc, first.token)
+		}
+		if d > takeBound {
+			t.Errorf("thread %s with work waiting at the promotion first ran %v after it (on %s), bound %v", th, d.Round(time.Millisecond), first.proc, takeBound)
+		}
+	}
+	sort.Slice(firstRuns, func(i, j int) bool { return firstRuns[i] < firstRuns[j] })
+	pct := func(p float64) time.Duration {
+		if len(firstRuns) == 0 {
+			return 0
+		}
+		return firstRuns[min(len(firstRuns)-1, int(p*float64(len(firstRuns))))].Round(time.Millisecond)
+	}
+	var runsCancelled int
+	for _, r := range lg.runs {
+		if r.cancelled && r.end.After(killed) && r.end.Before(promoted.Add(ttl)) {
+			runsCancelled++
+		}
+	}
+
+	var sendBack []string
+	for _, rt := range rts {
+		p := rt.ProcessID()
+		sendBack = append(sendBack, fmt.Sprintf("%s %v", p, firstOK[p].Sub(promoted).Round(time.Millisecond)))
+	}
+	t.Logf("LeaseSyncReplicas %d: Failover %v (kill %+.3fs from its call, promotion %v after the kill)",
+		syncReplicas, promoted.Sub(failStart).Round(time.Millisecond), killed.Sub(failStart).Seconds(), promoted.Sub(killed).Round(time.Millisecond))
+	t.Logf("sends %d, failed %d (last failing one begun %+.3fs from the promotion); first Send ok after the promotion: %s",
+		len(all), failed, lastFailStart.Sub(promoted).Seconds(), strings.Join(sendBack, ", "))
+	t.Logf("accepted: %d before the kill, %d between the kill and the promotion, %d after the promotion",
+		beforeKill, duringFO, postProm)
+	t.Logf("accepted before the kill: %d never given (lost; %d of them returned after the kill), %d given twice flagged, %d given twice unflagged %v",
+		lost, lostDuring, dupBeforeFlagged, dupBeforeUnflagged, unflaggedBefore[:min(len(unflaggedBefore), 10)])
+	t.Logf("accepted after the kill: %d given twice flagged Redelivered, %d unflagged; signals given Redelivered at least once: %d",
+		dupFlagged, dupUnflagged, redeliveredAny)
+	t.Logf("runs %d; cancelled around the failover %d; overlaps %d; tokens repeated %d, backwards %d; a run started again under its ID and token %d",
+		len(lg.runs), runsCancelled, overlaps, tokenRepeat, tokenBack, sameRun)
+	t.Logf("threads with work waiting at the promotion: %d, first run after it: min %v, median %v, p90 %v, max %v (%s; bound %v)",
+		len(firstRuns), pct(0), pct(0.5), pct(0.9), pct(1), slowDesc, takeBound)
+	t.Logf("all given %v after the senders stopped; settled %v after that; Close %v", allGiven.Sub(sendsEnd).Round(time.Millisecond), settled.Round(time.Millisecond), closeTimes)
+	logs.mu.Lock()
+	type kv struct {
+		k string
+		n int
+	}
+	var lk []kv
+	for k, v := range logs.n {
+		lk = append(lk, kv{k, v})
+	}
+	logs.mu.Unlock()
+	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
+	for _, x := range lk[:min(len(lk), 8)] {
+		t.Logf("log %5d× %s", x.n, x.k)
+	}
+}

@@ -57,6 +57,12 @@ import (
 type givenUpLease struct {
 	runID, owner string
 	at           time.Time // when it was noted
+	// ran: the owner is a tenure whose release failed, whose runs ran
+	// (noteReleaseFailed). Its lease is not taken over for its run, which
+	// would start that run again under the same Run.ID and fencing token
+	// (a re-acquire by the same owner keeps its token): adopt releases it
+	// and takes the thread for a new run.
+	ran bool
 }
 
 const (
@@ -68,6 +74,17 @@ const (
 // noteGivenUp remembers that a call leasing thread to owner (run runID) has
 // an unknown outcome. Noting an owner again moves its entry to now.
 func (rt *Runtime) noteGivenUp(thread, runID, owner string, now time.Time) {
+	rt.noteGivenUpRan(thread, runID, owner, now, false)
+}
+
+// noteReleaseFailed remembers that the release of a tenure (its run runID,
+// owner owner) failed: its lease may still be held by that tenure, whose
+// runs are over. See givenUpLease.ran.
+func (rt *Runtime) noteReleaseFailed(thread, runID, owner string, now time.Time) {
+	rt.noteGivenUpRan(thread, runID, owner, now, true)
+}
+
+func (rt *Runtime) noteGivenUpRan(thread, runID, owner string, now time.Time, ran bool) {
 	rt.guMu.Lock()
 	defer rt.guMu.Unlock()
 	if rt.givenUp == nil {
@@ -92,6 +109,7 @@ func (rt *Runtime) noteGivenUp(thread, runID, owner string, now time.Time) {
 	l := rt.givenUp[thread]
 	for i, g := range l {
 		if g.owner == owner {
+			ran = ran || g.ran
 			l = append(l[:i], l[i+1:]...)
 			break
 		}
@@ -99,7 +117,7 @@ func (rt *Runtime) noteGivenUp(thread, runID, owner string, now time.Time) {
 	if len(l) >= givenUpPerThread {
 		l = append(l[:0], l[1:]...)
 	}
-	rt.givenUp[thread] = append(l, givenUpLease{runID: runID, owner: owner, at: now})
+	rt.givenUp[thread] = append(l, givenUpLease{runID: runID, owner: owner, at: now, ran: ran})
 	if rt.guSweepAt.IsZero() {
 		rt.guSweepAt = now.Add(givenUpFor)
 	}
@@ -156,6 +174,22 @@ func (rt *Runtime) givenUpRun(thread, owner string, now time.Time) (runID string
 		}
 	}
 	return "", false
+}
+
+// givenUpRan reports whether owner is remembered for thread as a tenure
+// whose release failed (givenUpLease.ran).
+func (rt *Runtime) givenUpRan(thread, owner string, now time.Time) bool {
+	if owner == "" || rt.guLen.Load() == 0 {
+		return false
+	}
+	rt.guMu.Lock()
+	defer rt.guMu.Unlock()
+	for _, g := range rt.givenUp[thread] {
+		if g.owner == owner && now.Sub(g.at) < givenUpFor {
+			return g.ran
+		}
+	}
+	return false
 }
 
 // hasGivenUp reports whether this process remembers a call of unknown
@@ -223,17 +257,24 @@ func (rt *Runtime) adoptLate(thread, owner string) {
 // outcome that owner (its owner) holds the lease for: wakeAs for that run.
 // When that lease was revoked meanwhile (its run never started) it
 // releases it and tries the thread once more for a new run.
+//
+// A tenure whose release failed (givenUpLease.ran) had its runs: taking its
+// lease over for its run would start that run again, under the same Run.ID
+// and fencing token. Its lease is released instead, and the thread tried
+// for a new run, with a new, higher token.
 func (rt *Runtime) adopt(ctx context.Context, thread string, recovery bool, late, owner string) (*session, bool, holderInfo, error) {
-	s, created, holder, err := rt.wakeAs(ctx, thread, recovery, late, owner)
-	var re *lease.RevokedError
-	if !errors.As(err, &re) {
-		return s, created, holder, err
+	if !rt.givenUpRan(thread, owner, time.Now()) {
+		s, created, holder, err := rt.wakeAs(ctx, thread, recovery, late, owner)
+		var re *lease.RevokedError
+		if !errors.As(err, &re) {
+			return s, created, holder, err
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, closeGrace)
 	rerr := rt.lp.ReleaseLease(rctx, LeaseKey(thread), owner)
 	cancel()
 	if rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
-		rt.log.Warn("signals: releasing a revoked lease of a run that never started failed; it expires after its TTL",
+		rt.log.Warn("signals: releasing a late lease (revoked from a run that never started, or of a tenure whose release failed) failed; it expires after its TTL",
 			"thread", thread, "owner", owner, "err", rerr)
 		return nil, false, holderInfo{owner: owner}, nil
 	}

@@ -42,6 +42,7 @@ func testReleaseFailed(t *testing.T, peer bool) {
 	var (
 		mu       sync.Mutex
 		ran      = map[string]int{}
+		runOf    = map[string]*signals.Run{} // the run each signal last ran in
 		cut      bool
 		released = make(chan struct{}, 1)
 	)
@@ -50,6 +51,7 @@ func testReleaseFailed(t *testing.T, peer bool) {
 		defer mu.Unlock()
 		for _, s := range r.Signals {
 			ran[s.ID]++
+			runOf[s.ID] = r
 		}
 		return nil
 	}
@@ -128,5 +130,17 @@ func testReleaseFailed(t *testing.T, peer bool) {
 	}
 	if n := runsOf("first"); n != 1 {
 		t.Errorf("the first signal ran %d times, want once", n)
+	}
+	// The run that took the thread over is a new run: its own ID and a
+	// higher fencing token than the tenure whose release failed (doc.go,
+	// "Lease owners are <process>/<run id>, fresh per run"; guarantee 1).
+	mu.Lock()
+	r1, r2 := runOf["first"], runOf["second"]
+	mu.Unlock()
+	if r1 != nil && r2 != nil {
+		if r2.ID == r1.ID || r2.Token <= r1.Token {
+			t.Errorf("the second signal ran as run %s token %d, after run %s token %d (the tenure whose release failed): want a new run with a higher token",
+				r2.ID, r2.Token, r1.ID, r1.Token)
+		}
 	}
 }

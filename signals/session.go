@@ -414,7 +414,7 @@ func (s *session) loop() {
 					// otherwise be Forwarded to it, and every signal
 					// would wait for the TTL: TestReleaseFailedIsTakenOver).
 					releaseFailed = true
-					rt.noteGivenUp(s.thread, runID, owner, time.Now())
+					rt.noteReleaseFailed(s.thread, runID, owner, time.Now())
 				}
 			} else {
 				released = true

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,54 +15,6 @@ import (
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
-
-// bhRun is one run of the agent as the agent saw it.
-type bhRun struct {
-	proc, thread, id string
-	token            uint64
-	start, end       time.Time // end: the agent saw its ctx end, or returned
-	cancelled        bool
-	sigs             []string
-}
-
-// bhLog records the runs and the deliveries of TestBlackHoleOneRuntimeUnderLoad.
-type bhLog struct {
-	mu    sync.Mutex
-	runs  []*bhRun
-	given map[string][]loadGiven
-}
-
-func (l *bhLog) agent(proc string) signals.Agent {
-	return func(ctx context.Context, r *signals.Run) error {
-		now := time.Now()
-		run := &bhRun{proc: proc, thread: r.Thread, id: r.ID, token: r.Token, start: now}
-		l.mu.Lock()
-		l.runs = append(l.runs, run)
-		for i, s := range r.Signals {
-			red := i < len(r.Redelivered) && r.Redelivered[i]
-			l.given[s.ID] = append(l.given[s.ID], loadGiven{at: now, redelivered: red, proc: proc})
-			run.sigs = append(run.sigs, s.ID)
-		}
-		l.mu.Unlock()
-		d := time.Duration(rand.IntN(5)) * time.Millisecond
-		if strings.HasPrefix(r.Thread, "busy-") {
-			d = time.Second + time.Duration(rand.IntN(2000))*time.Millisecond
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		cancelled := false
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			cancelled = true
-		}
-		end := time.Now()
-		l.mu.Lock()
-		run.end, run.cancelled = end, cancelled
-		l.mu.Unlock()
-		return nil
-	}
-}
 
 // TestBlackHoleOneRuntimeUnderLoad black-holes the network path of one of
 // three runtimes (A; its connections stay open, nothing answers) for two
@@ -161,13 +112,7 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	defer stopSends()
 	time.Sleep(3 * time.Second)
 
-	var allThreads []string
-	for i := range busy {
-		allThreads = append(allThreads, fmt.Sprint("busy-", i))
-	}
-	for i := range short {
-		allThreads = append(allThreads, fmt.Sprint("short-", i))
-	}
+	allThreads := loadThreads(busy, short)
 	// Threads A holds just before the hole.
 	aOwned := map[string]string{}
 	for _, th := range allThreads {
@@ -269,66 +214,11 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 		}
 	}
 	// 2. Every accepted signal is given.
-	const finalBound = 60 * time.Second
-	deadline := sendsEnd.Add(finalBound)
-	for {
-		var missing []string
-		lg.mu.Lock()
-		for id, s := range accepted {
-			if len(lg.given[id]) == 0 {
-				missing = append(missing, fmt.Sprintf("%s(%s by %s, sent %+.3fs from the hole)", id, s.thread, sendProc[id], s.start.Sub(holed).Seconds()))
-			}
-		}
-		lg.mu.Unlock()
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			sort.Strings(missing)
-			t.Errorf("%d accepted signals never given within %v of the senders' stop: %v", len(missing), finalBound, missing[:min(len(missing), 30)])
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	lg.waitGiven(t, accepted, sendProc, func(loadSend) bool { return true }, holed, "the hole", sendsEnd.Add(60*time.Second))
 	allGiven := time.Now()
 
 	// 4. Nothing stuck: no lease held, inboxes and the work topic drained.
-	settleBound := 30 * time.Second
-	settleDeadline := time.Now().Add(settleBound)
-	var left []string
-	for {
-		left = left[:0]
-		for _, th := range allThreads {
-			o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if o != "" {
-				left = append(left, fmt.Sprintf("lease of %s held by %s", th, o))
-			}
-			bl, err := look.GroupBacklog(ctx, signals.InboxTopic(th), signals.InboxGroup)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bl.Pending != 0 || bl.Lag != 0 {
-				left = append(left, fmt.Sprintf("inbox of %s: %d pending, %d unread", th, bl.Pending, bl.Lag))
-			}
-		}
-		bl, err := look.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bl.Pending != 0 || bl.Lag != 0 {
-			left = append(left, fmt.Sprintf("work topic: %d pending, %d unread", bl.Pending, bl.Lag))
-		}
-		if len(left) == 0 || time.Now().After(settleDeadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(left) > 0 {
-		t.Errorf("%v after every signal was given, still stuck (%d): %v", settleBound, len(left), left[:min(len(left), 20)])
-	}
+	checkSettled(t, look, allThreads, 30*time.Second)
 	settled := time.Since(allGiven)
 
 	// 6. A's Close after all this.
@@ -364,26 +254,17 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
 	// 1. No two agents of a thread at once; tokens rise with run starts.
-	byThread := map[string][]*bhRun{}
-	for _, r := range lg.runs {
-		byThread[r.thread] = append(byThread[r.thread], r)
-	}
+	byThread := lg.byThread()
 	overlaps := 0
 	for th, rs := range byThread {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
-		for i, r := range rs {
-			end := r.end
-			if end.IsZero() {
-				end = time.Now()
+		for _, o := range runOverlaps(th, rs, holed, "the hole") {
+			overlaps++
+			if overlaps <= 10 {
+				t.Error(o)
 			}
+		}
+		for i, r := range rs {
 			for _, q := range rs[i+1:] {
-				if q.start.Before(end) {
-					overlaps++
-					if overlaps <= 10 {
-						t.Errorf("%s: run %s on %s (token %d, %+.3fs..%+.3fs from the hole, cancelled=%v) and run %s on %s (token %d, started %+.3fs) at once",
-							th, r.id, r.proc, r.token, r.start.Sub(holed).Seconds(), end.Sub(holed).Seconds(), r.cancelled, q.id, q.proc, q.token, q.start.Sub(holed).Seconds())
-					}
-				}
 				if q.token <= r.token {
 					t.Errorf("%s: run %s on %s (token %d) started after run %s on %s (token %d)", th, q.id, q.proc, q.token, r.id, r.proc, r.token)
 				}
@@ -484,11 +365,4 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	t.Logf("slowest takeover: %v, %s", slowTake.Round(time.Millisecond), slowDesc)
 	t.Logf("duplicates: %d flagged Redelivered, %d unflagged; overlaps %d; settled %v after all given; A's Close %v (err %v, started %+.3fs from the hole, A's last run returned %+.3fs)",
 		dupFlagged, dupUnflagged, overlaps, settled.Round(time.Millisecond), closeTook.Round(time.Millisecond), closeErr, closeStart.Sub(holed).Seconds(), aLastEnd.Sub(holed).Seconds())
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -24,12 +24,14 @@
 //     An acquire such a Send left behind, or a hand-off whose reply was
 //     lost, may lease the thread to a run that never starts when Redis
 //     runs it, however much later (a server that was stopped, a network
-//     that black-holed the connection and healed), and a release that
-//     failed leaves it leased to a tenure that is over: the runtime takes
-//     that lease over for that run, which reads the inbox and releases the
+//     that black-holed the connection and healed): the runtime takes that
+//     lease over for that run, which reads the inbox and releases the
 //     thread, so the thread does not wait for the lease's TTL
 //     (TestLateAcquireAfterSettleIsAdopted, TestHandOffReplyLostIsAdopted,
-//     TestLateStragglerAfterTakeover, TestReleaseFailedIsTakenOver). The process remembers such runs
+//     TestLateStragglerAfterTakeover). A release that failed leaves the
+//     thread leased to a tenure whose runs are over: the runtime releases
+//     that lease when it finds it and takes the thread for a new run, with
+//     a new Run.ID and a higher token (TestReleaseFailedIsTakenOver). The process remembers such runs
 //     for 10 minutes (at most 10,000 threads), and Close releases their
 //     leases; a copy that runs later than that, or after Close, leaves the
 //     thread to wait for the TTL.

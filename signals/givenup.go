@@ -23,7 +23,11 @@ import (
 // that lease lapsed (TestLateAcquireAfterSettleIsAdopted,
 // TestHandOffReplyLostIsAdopted). A release that failed (not with
 // ErrNotHeld) leaves the thread the same way, leased to a tenure whose runs
-// are over (TestReleaseFailedIsTakenOver), and is remembered too.
+// are over (TestReleaseFailedIsTakenOver), and is remembered too, marked
+// as having run (givenUpLease.ran): such a lease is released and the thread
+// taken for a new run, not taken over for its run, which would start that
+// run again under its Run.ID and token (review revU: 10-34 such runs per
+// TestSentinelFailoverUnderLoad/Sync run).
 //
 // So this process remembers, per thread, the owners of its calls with an
 // unknown outcome, from the moment the outcome is unknown (a settle of the

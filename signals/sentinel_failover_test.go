@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -127,59 +126,13 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	}
 	defer look.Close()
 
-	var smu sync.Mutex
-	var sends []loadSend
-	sendProc := map[string]string{}
-	send := func(i int, th, id string, d time.Duration) {
-		sctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		s0 := time.Now()
-		_, err := rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
-		smu.Lock()
-		sends = append(sends, loadSend{id, th, s0, time.Now(), err})
-		sendProc[id] = rts[i].ProcessID()
-		smu.Unlock()
-	}
-	var wg sync.WaitGroup
-	for i := range short {
-		for j := range rts {
-			wg.Go(func() { send(j, fmt.Sprint("short-", i), fmt.Sprint("warm-", i, "-", j), 10*time.Second) })
-		}
-	}
-	wg.Wait()
-	for i := range busy {
-		wg.Go(func() {
-			for k := range perBusy {
-				send(rand.IntN(len(rts)), fmt.Sprint("busy-", i), fmt.Sprint("b", i, "-", k), 10*time.Second)
-			}
-		})
-	}
-	wg.Wait()
-	sctx, stopSends := context.WithCancel(ctx)
+	ls := newLoadSender(rts...)
+	ls.warmUp(short, busy, perBusy)
+	stopSends := ls.stream(senders, short, busy, sendCtx, func() int { return rand.IntN(len(rts)) })
 	defer stopSends()
-	var n atomic.Int64
-	for range senders {
-		wg.Go(func() {
-			for sctx.Err() == nil {
-				k := n.Add(1)
-				th := fmt.Sprint("short-", rand.IntN(short))
-				if k%40 == 0 {
-					th = fmt.Sprint("busy-", rand.IntN(busy))
-				}
-				send(rand.IntN(len(rts)), th, fmt.Sprint("s", k), sendCtx)
-				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-			}
-		})
-	}
 	time.Sleep(3 * time.Second)
 
-	var allThreads []string
-	for i := range busy {
-		allThreads = append(allThreads, fmt.Sprint("busy-", i))
-	}
-	for i := range short {
-		allThreads = append(allThreads, fmt.Sprint("short-", i))
-	}
+	allThreads := loadThreads(busy, short)
 
 	// The kill: when the old master stops accepting connections (Failover
 	// waits for a settled master first, then kills it).
@@ -205,12 +158,10 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	killed := time.Unix(0, killedAt.Load())
 	time.Sleep(afterPromote)
 	stopSends()
-	wg.Wait()
 	sendsEnd := time.Now()
 
-	smu.Lock()
-	all := slices.Clone(sends)
-	smu.Unlock()
+	all := ls.all()
+	sendProc := ls.proc // (the senders have stopped)
 	accepted := map[string]loadSend{}
 	var failed, failedAfterBound, afterKill, beforeKill, duringFO, postProm int
 	firstOK := map[string]time.Time{}
@@ -257,66 +208,11 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	}
 
 	// 1. Every signal accepted after the kill is given.
-	const finalBound = 60 * time.Second
-	deadline := sendsEnd.Add(finalBound)
-	for {
-		var missing []string
-		lg.mu.Lock()
-		for id, s := range accepted {
-			if s.start.After(killed) && len(lg.given[id]) == 0 {
-				missing = append(missing, fmt.Sprintf("%s(%s by %s, sent %+.3fs from the promotion)", id, s.thread, sendProc[id], s.start.Sub(promoted).Seconds()))
-			}
-		}
-		lg.mu.Unlock()
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			sort.Strings(missing)
-			t.Errorf("%d signals accepted after the kill never given within %v of the senders' stop: %v", len(missing), finalBound, missing[:min(len(missing), 30)])
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	lg.waitGiven(t, accepted, sendProc, func(s loadSend) bool { return s.start.After(killed) }, promoted, "the promotion", sendsEnd.Add(60*time.Second))
 	allGiven := time.Now()
 
 	// 2b. Nothing stuck: no lease held, inboxes and the work group drained.
-	settleBound := 30 * time.Second
-	settleDeadline := time.Now().Add(settleBound)
-	var left []string
-	for {
-		left = left[:0]
-		for _, th := range allThreads {
-			o, err := look.GetLeaseOwner(ctx, signals.LeaseKey(th))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if o != "" {
-				left = append(left, fmt.Sprintf("lease of %s held by %s", th, o))
-			}
-			bl, err := look.GroupBacklog(ctx, signals.InboxTopic(th), signals.InboxGroup)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bl.Pending != 0 || bl.Lag != 0 {
-				left = append(left, fmt.Sprintf("inbox of %s: %d pending, %d unread", th, bl.Pending, bl.Lag))
-			}
-		}
-		bl, err := look.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bl.Pending != 0 || bl.Lag != 0 {
-			left = append(left, fmt.Sprintf("work group: %d pending, %d unread", bl.Pending, bl.Lag))
-		}
-		if len(left) == 0 || time.Now().After(settleDeadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(left) > 0 {
-		t.Errorf("%v after every signal accepted after the kill was given, still stuck (%d): %v", settleBound, len(left), left[:min(len(left), 20)])
-	}
+	checkSettled(t, look, allThreads, 30*time.Second)
 	settled := time.Since(allGiven)
 
 	// 4. Close.
@@ -341,26 +237,14 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
 	// 3. Overlaps and tokens.
-	byThread := map[string][]*bhRun{}
-	for _, r := range lg.runs {
-		byThread[r.thread] = append(byThread[r.thread], r)
-	}
+	byThread := lg.byThread()
 	overlaps, tokenRepeat, tokenBack, sameRun := 0, 0, 0, 0
 	var anomalies []string
 	for th, rs := range byThread {
-		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		ov := runOverlaps(th, rs, promoted, "the promotion")
+		overlaps += len(ov)
+		anomalies = append(anomalies, ov...)
 		for i, r := range rs {
-			end := r.end
-			if end.IsZero() {
-				end = time.Now()
-			}
-			for _, q := range rs[i+1:] {
-				if q.start.Before(end) {
-					overlaps++
-					anomalies = append(anomalies, fmt.Sprintf("%s: run %s on %s (token %d, %+.3fs..%+.3fs from the promotion, cancelled=%v) and run %s on %s (token %d, started %+.3fs) at once",
-						th, r.id, r.proc, r.token, r.start.Sub(promoted).Seconds(), end.Sub(promoted).Seconds(), r.cancelled, q.id, q.proc, q.token, q.start.Sub(promoted).Seconds()))
-				}
-			}
 			if i+1 < len(rs) {
 				q := rs[i+1]
 				if q.id == r.id && q.proc == r.proc {

@@ -76,8 +76,9 @@
 //     go-redis's defaults, 100 threads under load, the master SIGKILLed,
 //     promoted 4.2s later with down-after-milliseconds 1000) Sends worked
 //     again 3-77ms after the promotion, every thread with work waiting ran
-//     within 2.8s of it, and 10-17 signals per failover ran again, marked
-//     Redelivered (their runs' done records or acks did not make it).
+//     within 2.8s of it, and 1-2 signals per failover ran again, marked
+//     Redelivered (their runs' done records or acks did not make it; 10-17
+//     with LeaseSyncReplicas 1).
 //     Nothing accepted was lost there, but replication is asynchronous: a
 //     failover can lose the last writes the old master acknowledged
 //     (signals, acks, lease writes, fencing counters; README, "Not

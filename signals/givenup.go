@@ -24,10 +24,12 @@ import (
 // TestHandOffReplyLostIsAdopted). A release that failed (not with
 // ErrNotHeld) leaves the thread the same way, leased to a tenure whose runs
 // are over (TestReleaseFailedIsTakenOver), and is remembered too, marked
-// as having run (givenUpLease.ran): such a lease is released and the thread
-// taken for a new run, not taken over for its run, which would start that
-// run again under its Run.ID and token (review revU: 10-34 such runs per
-// TestSentinelFailoverUnderLoad/Sync run).
+// as having run (givenUpLease.ran): such a lease is released again and the
+// thread taken for a new run, not taken over for its run, which would start
+// that run again under its Run.ID and token (review revU: 10-34 such runs
+// per TestSentinelFailoverUnderLoad/Sync run), and which a late copy of the
+// failed release would delete under the takeover, letting a peer run the
+// thread at the same time (review revV: TestReleaseFailedLateReleaseRunsTwice).
 //
 // So this process remembers, per thread, the owners of its calls with an
 // unknown outcome, from the moment the outcome is unknown (a settle of the
@@ -37,8 +39,8 @@ import (
 // it held by such an owner (a Send, a notice handler, the lapse watch, a
 // settle's try), when the fan-out watch sees a wake notice whose Send was
 // forwarded to such an owner (a peer's Send), and when a tenure ends with
-// its release failed, or with its lease lost after a hand-off failed that
-// way. The tenure that starts
+// its release failed and its lease still its own, or with its lease lost
+// after a hand-off failed that way. The tenure that starts
 // reads the inbox and releases the thread when nothing waits. An owner is
 // not forgotten when its lease is taken over: an acquire sent several times
 // for it (a Send's, then the settle's tries) may lease the thread to it
@@ -231,6 +233,29 @@ func (rt *Runtime) adoptLate(thread, owner string) {
 	} else if _, ok := rt.givenUpRun(thread, owner, time.Now()); !ok {
 		return
 	}
+	rt.tryAdopt(thread, nil)
+}
+
+// adoptAfterFailedRelease is adoptLate for a tenure of owner whose release
+// failed: it tries the thread only when the lease is still owner's (then
+// adopt releases it and starts a new run). Not when it is free: the
+// release may have run and lost its reply, and a tenure that started
+// whenever the thread is free ended with a release that failed again as
+// long as releases lost their replies, one tenure after the other with no
+// signal sent (TestReleaseRepliesLostTenureLoop: 15 tenures in 10s at TTL
+// 2s). A signal sent meanwhile takes the free thread as usual.
+func (rt *Runtime) adoptAfterFailedRelease(thread, owner string) {
+	rt.tryAdopt(thread, func(ctx context.Context) bool {
+		gctx, cancel := context.WithTimeout(ctx, closeGrace)
+		defer cancel()
+		cur, err := rt.lp.GetLeaseOwner(gctx, LeaseKey(thread))
+		return err == nil && cur == owner
+	})
+}
+
+// tryAdopt tries thread in the background (adoptLate), when pre (if not
+// nil) reports true.
+func (rt *Runtime) tryAdopt(thread string, pre func(ctx context.Context) bool) {
 	rt.mu.Lock()
 	if rt.closed || rt.sessions[thread] != nil || rt.adopting[thread] {
 		rt.mu.Unlock()
@@ -251,6 +276,9 @@ func (rt *Runtime) adoptLate(thread, owner string) {
 		}()
 		ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
 		defer cancel()
+		if pre != nil && !pre(ctx) {
+			return
+		}
 		if s, _, _, err := rt.wake(ctx, thread, true); err == nil && s != nil {
 			s.kick()
 		}

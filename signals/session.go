@@ -428,7 +428,7 @@ func (s *session) loop() {
 		rt.noteTenureEnd(s.thread, s.startedAt, !lost && subscribed, drained)
 		rt.removeSession(s)
 		close(s.ended)
-		if lost || handOffLost && !released || releaseFailed {
+		if lost || handOffLost && !released {
 			// A hand-off of this tenure whose reply was lost may have
 			// leased the thread to a run that never starts: take it over
 			// (givenup.go; nothing when none was lost). Also when the
@@ -438,6 +438,10 @@ func (s *session) loop() {
 			// (TestHandOffReplyLostIsAdopted/ReleaseFails). (A release
 			// that succeeded tries the thread: afterRelease.)
 			rt.adoptLate(s.thread, "")
+		} else if releaseFailed {
+			// The lease may still be this tenure's: release it and
+			// start a new run (adoptAfterFailedRelease).
+			rt.adoptAfterFailedRelease(s.thread, owner)
 		}
 		if released && subscribed {
 			// (Not after a failed inbox subscription: the next tenure

@@ -50,9 +50,11 @@
 //     notice watch and the control topic; on a Cluster, one per hash slot of
 //     the work and control topics). An active thread holds none: its tenure
 //     reads its inbox without blocking, when told to. go-redis's default
-//     pool (redisstreams.NewURL) is enough: TestThousandActiveThreadsDefaultPool
-//     runs 1,000 threads active at once on it with no pool timeout and no
-//     lost lease, BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md;
+//     pool (redisstreams.NewURL) is enough:
+//     TestThousandActiveThreadsDefaultPool (in signals/loadtest, with the
+//     other load and fault tests) runs 1,000 threads active at once on it
+//     with no pool timeout and no lost lease,
+//     BenchmarkActiveThreads10000 10,000 (see BENCHMARKS.md;
 //     it lost 3,632-6,000 of 10,000 leases to pool contention until the
 //     inbox subscriptions' periodic passes were bounded, and now fails when
 //     one is lost). On a Cluster, a ClusterClient with go-redis's defaults

@@ -1,4 +1,4 @@
-package signals_test
+package loadtest_test
 
 import (
 	"context"
@@ -399,12 +399,6 @@ func lateLeasesUnderLoad(t *testing.T, ttl, stall time.Duration) {
 		}
 		return m
 	}
-	givenUp := 0
-	for _, rt := range rts {
-		for _, th := range allThreads {
-			givenUp += signals.GivenUp(rt, th)
-		}
-	}
 	u1 := unseen()
 	time.Sleep(time.Second)
 	u2 := unseen()
@@ -622,7 +616,6 @@ func lateLeasesUnderLoad(t *testing.T, ttl, stall time.Duration) {
 	// Empty tenures after the resume: a tenure (TenureStarted/Recovered)
 	// whose owner started no run: what a takeover of a never-started run's
 	// lease looks like when nothing waits (it reads the inbox, releases).
-	t.Logf("runs of unknown outcome remembered (GivenUp, all runtimes) 1.3s after the resume: %d", givenUp)
 	t.Logf("failed calls naming a run that had not started (hook; unknown outcome): %d; takeovers (tenure event for such an owner): %d, latest %v after the resume", unknown, len(lg.takeovers), maxTake.Round(time.Millisecond))
 	t.Logf("duplicates: %d flagged Redelivered, %d unflagged; events: %v", dupFlagged, dupUnflagged, lg.events)
 }

@@ -1,4 +1,4 @@
-package signals_test
+package loadtest_test
 
 import (
 	"context"

@@ -1,7 +1,11 @@
 package signals_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -142,5 +146,43 @@ func testReleaseFailed(t *testing.T, peer bool) {
 			t.Errorf("the second signal ran as run %s token %d, after run %s token %d (the tenure whose release failed): want a new run with a higher token",
 				r2.ID, r2.Token, r1.ID, r1.Token)
 		}
+	}
+}
+
+// releaseWrite returns a matcher of the client writes that call the lease
+// release script (by its SHA1, EVALSHA, or its text, EVAL) on thread's
+// lease key, for redistest.Proxy's HoldNext and CutReplies.
+func releaseWrite(t *testing.T, thread string) func(w []byte) bool {
+	t.Helper()
+	src, err := os.ReadFile("../redisstreams/lua/release.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	sha := []byte(hex.EncodeToString(sum[:]))
+	key := []byte(signals.LeaseKey(thread))
+	return func(w []byte) bool {
+		return bytes.Contains(w, key) && (bytes.Contains(w, sha) || bytes.Contains(w, []byte("release.lua")))
+	}
+}
+
+// warmRelease runs a signal on thread "warm" from rt and waits until look
+// sees its lease released: the release script is then in the server's
+// script cache, as on any server that has seen one (a delayed EVALSHA of
+// an uncached script runs nothing).
+func warmRelease(t *testing.T, rt *signals.Runtime, look *redisstreams.Backend) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rt.Send(ctx, "warm", signals.Signal{ID: "w", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if o, _ := look.GetLeaseOwner(ctx, signals.LeaseKey("warm")); o == "" {
+			return
+		}
+		if i > 1000 {
+			t.Fatal("the warm-up thread was not released")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

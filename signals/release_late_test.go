@@ -1,11 +1,7 @@
 package signals_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,13 +31,7 @@ func TestReleaseFailedLateReleaseRunsTwice(t *testing.T) {
 	srv, _ := startRedis(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	ctx := context.Background()
-	src, err := os.ReadFile("../redisstreams/lua/release.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha1.Sum(src)
-	relSHA := []byte(hex.EncodeToString(sum[:]))
-	key := []byte(signals.LeaseKey("h"))
+	isRelease := releaseWrite(t, "h")
 	var (
 		holds   atomic.Int32
 		holding atomic.Bool
@@ -49,8 +39,7 @@ func TestReleaseFailedLateReleaseRunsTwice(t *testing.T) {
 	var arm func()
 	arm = func() {
 		proxy.HoldNext(func(w []byte) bool {
-			if !holding.Load() || !bytes.Contains(w, key) ||
-				!(bytes.Contains(w, relSHA) || bytes.Contains(w, []byte("release.lua"))) {
+			if !holding.Load() || !isRelease(w) {
 				return false
 			}
 			holds.Add(1)
@@ -131,21 +120,7 @@ func TestReleaseFailedLateReleaseRunsTwice(t *testing.T) {
 	defer look.Close()
 	defer close(gate)
 
-	// A release first, so that the release script is in the server's
-	// script cache (as on any server that has seen one): a delayed
-	// EVALSHA of an uncached script runs nothing.
-	if _, err := a.Send(ctx, "warm", signals.Signal{ID: "w", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		if o, _ := look.GetLeaseOwner(ctx, signals.LeaseKey("warm")); o == "" {
-			break
-		}
-		if i > 1000 {
-			t.Fatal("the warm-up thread was not released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	warmRelease(t, a, look)
 
 	acc, err := a.Send(ctx, "h", signals.Signal{ID: "first", Type: "t"})
 	if err != nil || acc.Action != signals.Woke {

@@ -1,11 +1,7 @@
 package signals_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,13 +25,6 @@ func TestReleaseRepliesLostTenureLoop(t *testing.T) {
 	srv, _ := startRedis(t)
 	proxy := redistest.NewProxy(t, srv.Addr())
 	ctx := context.Background()
-	src, err := os.ReadFile("../redisstreams/lua/release.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha1.Sum(src)
-	relSHA := []byte(hex.EncodeToString(sum[:]))
-	key := []byte(signals.LeaseKey("h"))
 	var tenures, released atomic.Int32
 	observe := signals.WithObserver(func(e signals.Event) {
 		if e.Thread != "h" {
@@ -55,22 +44,8 @@ func TestReleaseRepliesLostTenureLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer look.Close()
-	// A release first, so that the release script is cached on the server.
-	if _, err := a.Send(ctx, "warm", signals.Signal{ID: "w", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		if o, _ := look.GetLeaseOwner(ctx, signals.LeaseKey("warm")); o == "" {
-			break
-		}
-		if i > 1000 {
-			t.Fatal("the warm-up thread was not released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	proxy.CutReplies(func(w []byte) bool {
-		return bytes.Contains(w, key) && (bytes.Contains(w, relSHA) || bytes.Contains(w, []byte("release.lua")))
-	})
+	warmRelease(t, a, look)
+	proxy.CutReplies(releaseWrite(t, "h"))
 	if _, err := a.Send(ctx, "h", signals.Signal{ID: "first", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,11 @@ import (
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
+	"github.com/leasebus/leasebus/signals/internal/sigtest"
 )
 
-func startRedis(t *testing.T) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	redistest.Require(t)
-	srv := redistest.Start(t, redistest.Options{})
-	return srv, srv.Client(t)
-}
+// startRedis is sigtest.StartRedis.
+func startRedis(t *testing.T) (*redistest.Server, *redis.Client) { return sigtest.StartRedis(t) }
 
 func TestProcRapidFire(t *testing.T) {
 	srv, c := startRedis(t)

@@ -11,9 +11,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
+
+// StartRedis starts a redis-server for the test (the test skips without
+// one on PATH, unless LEASEBUS_REQUIRE_REDIS=1) and returns it with a
+// client; t.Cleanup stops both.
+func StartRedis(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	return srv, srv.Client(t)
+}
 
 // URLRuntime starts runtime id on a redisstreams backend of its own, made
 // as a user makes one (redisstreams.NewURL: go-redis's default pool), with

@@ -84,10 +84,10 @@
 //     Replication is asynchronous: a failover can lose the last writes a
 //     master acknowledged (signals, acks, lease writes, fencing counters;
 //     README, "Not offered"; redisstreams.Options.LeaseSyncReplicas covers
-//     leases). In 2 of 14 runs the failover took 5.5s, not 4.2s, and 12-15
-//     signals accepted in the 2s before it settled never ran; once the
-//     sentinel moved the master again after that. Signals accepted once the
-//     failover settled all ran, in every run.
+//     leases). In 3 of 19 runs the failover took 5.5s, not 4.2s: twice,
+//     12-15 signals accepted in the 2s before it settled never ran; once,
+//     the sentinel moved the master again after it. Signals accepted once
+//     the failover settled all ran, in every run.
 //   - Cost and speed: Send is two Redis round trips (one when this process
 //     holds the thread). A forwarded signal reaches its owner's run about
 //     0.6-0.7ms after Send began when one is in flight (p99 1.5-3ms). At half

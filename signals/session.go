@@ -407,11 +407,11 @@ func (s *session) loop() {
 			if err := held.Release(ctx); err != nil {
 				rt.log.Warn("signals: release failed", "thread", s.thread, "owner", owner, "err", err)
 				if !errors.Is(err, lease.ErrNotHeld) {
-					// The lease may still be this tenure's, a run that
-					// never starts now: remember it as a call of unknown
-					// outcome (givenup.go), so that this process takes it
-					// over when it finds it (its own Send would
-					// otherwise be Forwarded to it, and every signal
+					// The lease may still be this tenure's, whose runs
+					// are over: remember it (givenup.go, noteReleaseFailed),
+					// so that this process releases it when it finds it
+					// and takes the thread for a new run (its own Send
+					// would otherwise be Forwarded to it, and every signal
 					// would wait for the TTL: TestReleaseFailedIsTakenOver).
 					releaseFailed = true
 					rt.noteReleaseFailed(s.thread, runID, owner, time.Now())

@@ -1,5 +1,5 @@
 // Package loadtest holds the load and fault tests of the signals runtime
-// that take a minute or more each: many threads active at once on go-redis's
+// (from about 10s to over a minute each): many threads active at once on go-redis's
 // default pools (standalone and Cluster), a redis-server stopped under load,
 // one runtime black-holed under load, a Sentinel failover under load. They
 // are a package of their own so that `go test ./...` runs them beside the

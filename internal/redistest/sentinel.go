@@ -24,9 +24,17 @@ const SentinelMasterName = "lbmaster"
 
 // Sentinel timing, written to sentinel.conf: the master is deemed down after
 // sentinelDownAfter without a valid reply, and a failover attempt is given
-// sentinelFailoverTimeout.
+// sentinelFailoverTimeout. The sentinel creates its link to a new master at
+// the switch and counts the time since then as waiting for a PONG; with
+// down-after-milliseconds 1000 (equal to its PING period), a promoted master
+// that answered its first PING more than a second after the switch, on a
+// loaded machine, was deemed down and failed over again: the sentinel's log
+// of such a run of TestSentinelFailoverUnderLoad (2026-11-28) shows
+// +switch-master to the first replica, +sdown of it 1.001s later, and a
+// second +switch-master to the other replica, which deposed a master that
+// had taken writes for a second. 2000 leaves a second of slack.
 const (
-	sentinelDownAfter       = 1000 * time.Millisecond
+	sentinelDownAfter       = 2000 * time.Millisecond
 	sentinelFailoverTimeout = 3000 * time.Millisecond
 )
 
@@ -55,7 +63,7 @@ type Sentinel struct {
 // in its own temp dir), and one sentinel (redis-server sentinel.conf
 // --sentinel, its writable sentinel.conf and log in a temp dir of their
 // own) that monitors the master as [SentinelMasterName], deems it down after
-// one second and gives a failover three seconds. It waits (each step at most
+// two seconds and gives a failover three seconds. It waits (each step at most
 // [ReadyTimeout]) until every replica reports master_link_status:up and the
 // sentinel reports the master's address, has had a PING answered by it (see
 // [Sentinel.Failover]) and knows every replica.
@@ -446,10 +454,10 @@ func (s *Sentinel) masterState() (map[string]string, error) {
 // down, reporting itself a master, and no PING left unanswered. The last
 // matters because a link to a master is created anew on a switch (and at
 // start), and the sentinel counts the time since then as waiting for a
-// PONG: with down-after-milliseconds equal to its one-second PING period, a
-// PONG that arrives late on a loaded machine would mark the new master down
-// and start a spurious failover. Once a PONG has come back, only a master
-// that really stops answering for a whole down-after period is.
+// PONG: a first PONG that arrives more than down-after-milliseconds after
+// the switch, on a loaded machine, marks the new master down and starts a
+// spurious failover (see sentinelDownAfter). Once a PONG has come back, only
+// a master that really stops answering for a whole down-after period is.
 func (s *Sentinel) settled(addr string) error {
 	m, err := s.masterState()
 	if err != nil {

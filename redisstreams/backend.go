@@ -127,18 +127,27 @@ type Options struct {
 	// as Sentinel or Cluster promotes a replica that acknowledged, which
 	// they prefer but do not promise). It also refuses wins from a master
 	// that has no replica: an old master restarted empty and answering
-	// before Sentinel demotes it. While fewer replicas are connected than it
-	// asks (after a failover, until the old master rejoins), every acquire
-	// and transfer fails. It costs one more round trip's worth of
-	// waiting for the replica on every acquire and transfer, which are no
+	// before Sentinel demotes it. Renewals (RenewLease, RenewLeases, and so
+	// the signals runtime's and lease.Keeper's) count only once replicated
+	// too: a renewal the replicas did not acknowledge in time returns an
+	// error (RenewLeases: that request's entry in its *lease.BatchError),
+	// so its holder's deadline is not moved past what a promoted replica
+	// holds, and a holder that fails closed at its deadline has stopped
+	// before the lease can end there (TestLeaseSyncRenewals). While fewer
+	// replicas are connected than it asks (after a failover, until the old
+	// master rejoins), every acquire and transfer fails, and every renewal,
+	// so held leases are lost at their deadlines. It costs one more round
+	// trip's worth of waiting for the replica on every acquire, transfer
+	// and renewal pipeline; acquires, transfers and RenewLease calls are no
 	// longer coalesced with other lease calls (BENCHMARKS.md). Default 0:
 	// replication stays asynchronous. It needs a *redis.Client (standalone
 	// or Sentinel) or a *redis.ClusterClient.
 	LeaseSyncReplicas int
-	// LeaseSyncAOF, when set, also makes acquire and transfer wait until the
-	// master (and LeaseSyncReplicas replicas) wrote the change to its
-	// append-only file (WAITAOF, Redis 7.2 or later; on an older server every
-	// acquire and transfer returns the server's error). Default false.
+	// LeaseSyncAOF, when set, also makes acquire, transfer and renewals
+	// wait until the master (and LeaseSyncReplicas replicas) wrote the
+	// change to its append-only file (WAITAOF, Redis 7.2 or later; on an
+	// older server every acquire, transfer and renewal returns the
+	// server's error). Default false.
 	LeaseSyncAOF bool
 	// LeaseSyncTimeout bounds the wait of LeaseSyncReplicas and
 	// LeaseSyncAOF. Default DefaultLeaseSyncTimeout.

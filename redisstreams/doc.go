@@ -21,7 +21,9 @@
 // replicas: acquire and transfer then report a win only once WAIT saw every
 // replica acknowledge the lease and its counter, and otherwise return an
 // error (TestLeaseSyncFailover: no token handed out twice across a master
-// kill; the cost is in BENCHMARKS.md). Across restarts, run Redis with
+// kill; the cost is in BENCHMARKS.md); renewals count only once
+// acknowledged too, so that a holder never believes in a deadline later
+// than the one a promoted replica keeps (TestLeaseSyncRenewals). Across restarts, run Redis with
 // appendfsync always (or LeaseSyncAOF on Redis 7.2+). The tests restart a
 // server with appendfsync always (TestLeaseRestartAppendOnly) and fail over
 // a Sentinel deployment (TestSentinelFailoverResumes) to show what survives.

@@ -503,7 +503,7 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), func(r any) bool { _, won := r.(int64); return won })
+		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "won", func(r any) bool { _, won := r.(int64); return won })
 	} else {
 		reply, err = b.runLease(ctx, c).Result()
 	}
@@ -589,9 +589,16 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	if b.isClosed() {
 		return false, lease.ErrClosed
 	}
-	reply, err := b.runLease(ctx, newCall(ctx, renewScript,
+	c := newCall(ctx, renewScript,
 		[]string{b.keys.Lease(key), b.keys.LeaseRevoked(key), b.keys.LeaseState(key), b.keys.Fence(key)},
-		owner, ttlMillis(ttl), b.fenceIdleMillis())).Result()
+		owner, ttlMillis(ttl), b.fenceIdleMillis())
+	var reply any
+	var err error
+	if b.opts.leaseSync() {
+		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "renewed", func(r any) bool { n, _ := r.(int64); return n == 1 })
+	} else {
+		reply, err = b.runLease(ctx, c).Result()
+	}
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
 	}
@@ -635,7 +642,7 @@ func (b *Backend) TransferLeaseToken(ctx context.Context, key, fromOwner, toOwne
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), func(r any) bool { n, _ := r.(int64); return n > 0 })
+		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "won", func(r any) bool { n, _ := r.(int64); return n > 0 })
 	} else {
 		reply, err = b.runLease(ctx, c).Result()
 	}

@@ -1,6 +1,7 @@
 package redisstreams
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/lease"
 )
 
 func TestLeaseSyncOptions(t *testing.T) {
@@ -196,6 +198,119 @@ func BenchmarkLeaseSync(b *testing.B) {
 				b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
 				leaseCycles(b, be)
 			})
+		}
+	}
+}
+
+// BenchmarkLeaseSyncRenew10k measures what LeaseSyncReplicas costs
+// renewals: one RenewLeases of 10,000 held leases on a master with one
+// replica, without and with the option (the sub-benchmarks alternate when
+// run with -count).
+func BenchmarkLeaseSyncRenew10k(b *testing.B) {
+	st := redistest.StartSentinel(b, 1)
+	c := redis.NewClient(&redis.Options{Addr: st.Master().Addr()})
+	b.Cleanup(func() { c.Close() })
+	for _, replicas := range []int{0, 1} {
+		b.Run(fmt.Sprintf("LeaseSyncReplicas=%d", replicas), func(b *testing.B) {
+			be, err := New(c, Options{Prefix: psPrefix(), LeaseSyncReplicas: replicas, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { be.Close() })
+			reqs := acquireMany(b, be, 10_000)
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				ok, err := be.RenewLeases(ctx, reqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !ok[len(ok)-1] {
+					b.Fatal("lease not renewed")
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseSyncRenewals: with LeaseSyncReplicas set, a renewal counts only
+// once the replicas have it. With the replica paused, RenewLease returns an
+// error (never true), RenewLeases reports each held lease's request as
+// failed in its *lease.BatchError (and a lease not held as a plain false),
+// and a lease kept by lease.Keep is lost at its deadline (it fails closed
+// before a promoted replica, which never saw the renewals, lets the lease
+// go). With the replica running, all three renew. Before, renewals did not
+// wait for the replicas: a renewal lost in a failover left the holder
+// believing in a deadline later than the one the new master kept.
+func TestLeaseSyncRenewals(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := syncBackend(t, st, 1)
+	ctx := t.Context()
+	held := []string{"r0", "r1", "r2"}
+	for _, k := range held {
+		for start := time.Now(); ; time.Sleep(50 * time.Millisecond) { // the replica may still be syncing
+			r, err := b.AcquireLease(ctx, k, "a", time.Minute)
+			if err == nil && r.Acquired {
+				break
+			}
+			if time.Since(start) > redistest.ReadyTimeout {
+				t.Fatalf("AcquireLease(%s) with a live replica = %+v, %v; want a win", k, r, err)
+			}
+		}
+	}
+	reqs := []lease.Renewal{{Key: "r0", Owner: "a", TTL: time.Minute}, {Key: "r1", Owner: "a", TTL: time.Minute}, {Key: "free", Owner: "a", TTL: time.Minute}, {Key: "r2", Owner: "a", TTL: time.Minute}}
+	if ok, err := b.RenewLease(ctx, "r0", "a", time.Minute); err != nil || !ok {
+		t.Fatalf("RenewLease with a live replica = %v, %v; want true", ok, err)
+	}
+	if out, err := b.RenewLeases(ctx, reqs); err != nil || !out[0] || !out[1] || out[2] || !out[3] {
+		t.Fatalf("RenewLeases with a live replica = %v, %v; want [true true false true], nil", out, err)
+	}
+	kept, err := lease.Keep(ctx, b, "kept", "a", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Release(context.Background())
+
+	replica := replicaOf(t, st)
+	replica.Pause(t)
+	paused := time.Now()
+	ok, err := b.RenewLease(ctx, "r0", "a", time.Minute)
+	if err == nil || ok {
+		t.Errorf("RenewLease with the replica paused = %v, %v; want an error, never true", ok, err)
+	} else {
+		t.Logf("RenewLease with the replica paused: %v", err)
+	}
+	out, err := b.RenewLeases(ctx, reqs)
+	var be *lease.BatchError
+	switch {
+	case !errors.As(err, &be):
+		t.Errorf("RenewLeases with the replica paused = %v, %v; want a *lease.BatchError", out, err)
+	default:
+		for i, want := range []bool{true, true, false, true} {
+			if out[i] {
+				t.Errorf("RenewLeases with the replica paused: request %d (%s) reported renewed", i, reqs[i].Key)
+			}
+			if got := be.Errs[i] != nil; got != want {
+				t.Errorf("RenewLeases with the replica paused: request %d (%s) error %v, want one: %v", i, reqs[i].Key, be.Errs[i], want)
+			}
+		}
+	}
+	// The kept lease: its renewals fail from the pause on, so it is lost
+	// by its deadline (2s TTL from its last renewal before the pause).
+	select {
+	case <-kept.Done():
+		t.Logf("kept lease lost %v after the pause: %v", time.Since(paused).Round(time.Millisecond), kept.Err())
+	case <-time.After(10 * time.Second):
+		t.Errorf("a lease kept by lease.Keep survived 10s of a paused replica (TTL 2s): its renewals were reported done unreplicated")
+	}
+	replica.Resume(t)
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		ok, err := b.RenewLease(ctx, "r0", "a", time.Minute)
+		if err == nil && ok {
+			break
+		}
+		if time.Since(start) > redistest.ReadyTimeout {
+			t.Fatalf("RenewLease after the replica resumed = %v, %v; want true", ok, err)
 		}
 	}
 }

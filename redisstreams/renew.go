@@ -147,7 +147,19 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 		argv[2*len(g)] = r.b.fenceIdleMillis()
 		calls[ci] = newCall(ctx, renewManyScript, keys, argv...)
 	}
-	r.b.sendCalls(ctx, calls)
+	// With LeaseSyncReplicas or LeaseSyncAOF, a renewal counts only once
+	// the replicas (the AOF) have it: otherwise a failover could promote a
+	// replica where the lease ends before the deadline its holder was told.
+	var unsynced error
+	if r.b.opts.leaseSync() {
+		wait, waitAOF, err := r.b.sendSynced(ctx, calls, r.b.keys.Lease(r.reqs[r.groups[rn.lo][0]].Key))
+		if err == nil {
+			err = r.b.syncErr(wait, waitAOF, "renewed")
+		}
+		unsynced = err
+	} else {
+		r.b.sendCalls(ctx, calls)
+	}
 	out := make(map[int]bool)
 	errs := make(map[int]error)
 	for ci, c := range calls {
@@ -160,6 +172,8 @@ func (r *renewal) sendRun(ctx context.Context, i int) {
 			switch {
 			case err != nil:
 				errs[q] = err
+			case res[j] == '1' && unsynced != nil:
+				errs[q] = unsynced
 			case res[j] == '1' || res[j] == '0':
 				out[q] = res[j] == '1'
 			case res[j] == 'r':

@@ -202,7 +202,15 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 // knows a healthy replica to promote, so that it can be called again on a
 // deployment with replicas left (the sentinel points them at the new master
 // as part of the failover). It fails t at once when no replica is running.
-func (s *Sentinel) Failover(t testing.TB) {
+func (s *Sentinel) Failover(t testing.TB) { s.FailoverAfterKill(t, nil) }
+
+// FailoverAfterKill is [Sentinel.Failover], calling afterKill (when not nil) once
+// the master is killed, before waiting for the promotion: a test that
+// stalled replication ([Sentinel.StallReplication]) to make the master's
+// last writes unreplicated resumes the replicas there, so that the promoted
+// one lacks them. afterKill must not call the Sentinel's methods (Failover
+// holds its lock); a *Server's are fine.
+func (s *Sentinel) FailoverAfterKill(t testing.TB, afterKill func()) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -239,6 +247,9 @@ func (s *Sentinel) Failover(t testing.TB) {
 	})
 	oldAddr := old.Addr()
 	old.Kill(t)
+	if afterKill != nil {
+		afterKill()
+	}
 	var promoted *Server
 	s.waitForLocked(t, fmt.Sprintf("failover away from %s", oldAddr), FailoverTimeout, func() error {
 		addr, err := s.reportedMaster()
@@ -266,6 +277,35 @@ func (s *Sentinel) Failover(t testing.TB) {
 		return nil
 	})
 	s.master = promoted
+}
+
+// StallReplication pauses every replica (SIGSTOP) and then closes the
+// master's replication links to them (CLIENT KILL TYPE replica), so that
+// the writes the master acknowledges from then on reach no replica: a
+// paused replica alone would still read, once resumed, what the master had
+// written into its socket. It returns a func that resumes the replicas
+// (they then reconnect and catch up, unless the master is gone: pass it to
+// [Sentinel.FailoverAfterKill]). The sentinel deems a paused replica down after
+// down-after-milliseconds (2s): fail over before that.
+func (s *Sentinel) StallReplication(t testing.TB) (resume func()) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var paused []*Server
+	for _, n := range s.nodes {
+		if n != s.master && n.running() {
+			n.Pause(t)
+			paused = append(paused, n)
+		}
+	}
+	if _, err := rawCommand(s.master.Addr(), "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatalf("redistest: CLIENT KILL TYPE replica on master %s: %v", s.master.Addr(), err)
+	}
+	return func() {
+		for _, n := range paused {
+			n.Resume(t)
+		}
+	}
 }
 
 // nodeAt returns the node listening on addr, or nil.

@@ -145,3 +145,38 @@ func TestSentinelFailoverTwice(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestSentinelFailoverLosesStalledWrites: a write the master acknowledged
+// after StallReplication is gone after FailoverAfterKill resumes the replica and
+// the sentinel promotes it; a write made before survives. This is how a
+// test makes a failover lose writes on purpose. (With the replica only
+// paused, the write survived: it was in the replica's socket buffer.)
+func TestSentinelFailoverLosesStalledWrites(t *testing.T) {
+	s := StartSentinel(t, 1)
+	ctx := t.Context()
+	replica := s.Nodes()[1]
+	c := redis.NewClient(&redis.Options{Addr: s.Master().Addr()})
+	defer c.Close()
+	if err := c.Set(ctx, "kept", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v; want 1", n, err)
+	}
+	resume := s.StallReplication(t)
+	if err := c.Set(ctx, "lost", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.FailoverAfterKill(t, resume)
+	if s.Master() != replica {
+		t.Fatalf("Master() after FailoverAfterKill = %s, want the replica %s", s.Master().Addr(), replica.Addr())
+	}
+	nc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	defer nc.Close()
+	if n, err := nc.Exists(ctx, "kept", "lost").Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS kept lost on the promoted replica = %d, %v; want 1 (kept only)", n, err)
+	}
+	if n, _ := nc.Exists(ctx, "lost").Result(); n != 0 {
+		t.Fatal("the write made while the replica was paused survived the failover")
+	}
+}

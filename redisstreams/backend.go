@@ -24,6 +24,17 @@ import (
 // lease.ErrInvalid instead, as those contracts say.
 var ErrInvalid = errors.New("redisstreams: invalid argument")
 
+// ErrNotReplicated is wrapped by the error of a publish (Publish,
+// PublishFor, PublishBatch) made with Options.PublishSyncReplicas set whose
+// event Redis stored on the master but fewer than PublishSyncReplicas
+// replicas acknowledged within Options.PublishSyncTimeout (or whose WAIT
+// failed; the error then wraps the cause too). The event IS stored on the
+// master and may be delivered; it may also be lost if the master fails
+// before it reaches a replica that is then promoted. A retry of the publish
+// may so deliver it twice (handlers deduplicate on Event.ID, which a retry
+// of the same pubsub.Event keeps once it was assigned).
+var ErrNotReplicated = errors.New("redisstreams: event stored on the master but not acknowledged by the replicas asked for")
+
 // Defaults of Options.
 const (
 	DefaultPrefix = keys.DefaultPrefix
@@ -40,6 +51,8 @@ const (
 	DefaultFenceIdle = time.Hour
 	// DefaultLeaseSyncTimeout is Options.LeaseSyncTimeout's default.
 	DefaultLeaseSyncTimeout = time.Second
+	// DefaultPublishSyncTimeout is Options.PublishSyncTimeout's default.
+	DefaultPublishSyncTimeout = time.Second
 
 	// MaxBlockTime is the longest BlockTime: longer blocks gain nothing and
 	// approach the limits of the client's deadline arithmetic.
@@ -152,6 +165,40 @@ type Options struct {
 	// LeaseSyncTimeout bounds the wait of LeaseSyncReplicas and
 	// LeaseSyncAOF. Default DefaultLeaseSyncTimeout.
 	LeaseSyncTimeout time.Duration
+	// PublishSyncReplicas, when positive, makes Publish, PublishFor and
+	// PublishBatch (and the dead letters of subscriptions, which are
+	// published the same way) return nil only once the event reached at
+	// least that many replicas: the batch's writes and WAIT
+	// PublishSyncReplicas are sent in one pipeline on one connection of the
+	// master (on Cluster, one per master the batch writes to), so it adds no
+	// round trip, only the wait for the replicas. When fewer acknowledge
+	// within PublishSyncTimeout, or the WAIT fails, the publish returns an
+	// error wrapping ErrNotReplicated: the event is stored on the master and
+	// may be delivered, or lost in a failover; a retry may deliver it twice.
+	// It protects accepted events across a failover: a replica promoted
+	// after the master died (or after a spurious second failover deposed a
+	// master that had taken writes) holds every event a caller was told was
+	// stored, provided the promoted replica is one that acknowledged: set it
+	// to the number of replicas for a guarantee (with fewer, it holds only
+	// as long as Sentinel or Cluster promotes a replica that acknowledged,
+	// which they prefer but do not promise). It also refuses publishes to a
+	// master that has no replica, such as an old master restarted empty and
+	// answering before Sentinel demotes it. While fewer replicas are
+	// connected than it asks (after a failover, until the old master rejoins
+	// as a replica), every publish fails, after PublishSyncTimeout. Each
+	// batch of coalesced publishes waits for the replicas' acknowledgement
+	// (one batch is in flight at a time), which lowers throughput
+	// (BENCHMARKS.md). On Cluster the per-master pipelines do not follow
+	// MOVED or ASK: a publish to a slot that is moving returns that error
+	// (retry it). PublishSyncTimeout should stay below the client's
+	// ReadTimeout (3s by default), or a WAIT that times out is read as a
+	// dead connection. Default 0: replication stays asynchronous. It needs a
+	// *redis.Client (standalone or Sentinel) or a *redis.ClusterClient.
+	PublishSyncReplicas int
+	// PublishSyncTimeout bounds the wait of PublishSyncReplicas (WAIT's
+	// timeout, in whole milliseconds). Default DefaultPublishSyncTimeout;
+	// at least 1ms.
+	PublishSyncTimeout time.Duration
 	// ConfigureClient, when set, is called by NewURL with the client
 	// options parsed from the URL, before the client is built, to set what
 	// a URL cannot express (TLS config, dialer, hooks, pool settings). NewURL
@@ -230,6 +277,17 @@ func (o *Options) setDefaults() error {
 		o.LeaseSyncTimeout = DefaultLeaseSyncTimeout
 	case o.LeaseSyncTimeout < time.Millisecond:
 		return fmt.Errorf("%w: LeaseSyncTimeout %v is below 1ms", ErrInvalid, o.LeaseSyncTimeout)
+	}
+	switch {
+	case o.PublishSyncReplicas < 0:
+		return fmt.Errorf("%w: PublishSyncReplicas %d is negative", ErrInvalid, o.PublishSyncReplicas)
+	case o.PublishSyncTimeout < 0:
+		return fmt.Errorf("%w: PublishSyncTimeout %v is negative", ErrInvalid, o.PublishSyncTimeout)
+	case o.PublishSyncTimeout == 0:
+		o.PublishSyncTimeout = DefaultPublishSyncTimeout
+	case o.PublishSyncTimeout < time.Millisecond:
+		// WAIT's timeout is in milliseconds, and 0 means forever.
+		return fmt.Errorf("%w: PublishSyncTimeout %v is below 1ms", ErrInvalid, o.PublishSyncTimeout)
 	}
 	return nil
 }
@@ -360,6 +418,19 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 			return nil, fmt.Errorf("%w: LeaseSyncReplicas/LeaseSyncAOF need a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, client)
 		}
 	}
+	if o.PublishSyncReplicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("%w: PublishSyncReplicas %d needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, o.PublishSyncReplicas, client)
+		}
+	}
+	if o.PublishSyncReplicas > 0 {
+		if rt := readTimeout(client); rt > 0 && o.PublishSyncTimeout >= rt {
+			o.Logger.Warn("redisstreams: PublishSyncTimeout is not below the client's ReadTimeout: a publish whose replicas do not acknowledge in time fails as a dead connection rather than with ErrNotReplicated",
+				"PublishSyncTimeout", o.PublishSyncTimeout, "ReadTimeout", rt)
+		}
+	}
 	b := &Backend{client: client, ownClient: own, opts: o, keys: space,
 		consumer: o.Consumer + "-" + uuid.NewString()[:8]}
 	b.bus.init(b)
@@ -425,6 +496,19 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 
 // isClosed reports whether Close or Shutdown was called.
 func (b *Backend) isClosed() bool { return b.life.Closed() }
+
+// readTimeout returns the ReadTimeout of a *redis.Client or
+// *redis.ClusterClient (which its pipelines use, whatever the commands in
+// them), or 0.
+func readTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
+}
 
 // defaultConsumerName returns host-pid (the Backend adds a random suffix).
 func defaultConsumerName() string {

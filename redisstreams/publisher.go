@@ -182,9 +182,10 @@ func (s *streamBus) xaddArgs(r *pubReq) *redis.XAddArgs {
 }
 
 // send writes one request alone: its XADD and, when StreamIdleTTL is set, a
-// PEXPIRE of the stream, and when due a trim, in one round trip.
+// PEXPIRE of the stream, when due a trim, and with PublishSyncReplicas a
+// WAIT (see pipeline), in one round trip.
 func (s *streamBus) send(ctx context.Context, r *pubReq) {
-	if s.b.opts.StreamIdleTTL > 0 || r.trim || r.group != "" || len(r.then) > 0 {
+	if s.b.opts.StreamIdleTTL > 0 || r.trim || r.group != "" || len(r.then) > 0 || s.b.opts.PublishSyncReplicas > 0 {
 		s.pipeline(ctx, []*pubReq{r})
 		return
 	}
@@ -381,10 +382,32 @@ func flatten(batch []*pubReq) []*pubReq {
 // goes as EVAL, never EVALSHA: a NOSCRIPT retry would put its entry after
 // the ones behind it in the pipeline, and a batch's order is a promise
 // (PublishBatch).
+//
+// With PublishSyncReplicas set it goes to syncedPipeline instead.
 func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	batch = flatten(batch)
-	idle := s.b.opts.StreamIdleTTL
+	if s.b.opts.PublishSyncReplicas > 0 {
+		s.syncedPipeline(ctx, batch)
+		return
+	}
 	pipe := s.b.client.Pipeline()
+	cmds, trims := s.queue(ctx, pipe, batch)
+	seq := s.deletions()
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for i, r := range batch {
+		id, err := cmds[i].Result()
+		s.answer(r, id, err, seq)
+	}
+	for key, cmd := range trims {
+		s.checkTrim(ctx, key, cmd)
+	}
+	s.failQueuedAfter(ctx, batch)
+}
+
+// queue adds the commands of batch (flattened) to pipe, as pipeline
+// describes, and returns each request's write and the trims by stream.
+func (s *streamBus) queue(ctx context.Context, pipe redis.Pipeliner, batch []*pubReq) ([]interface{ Result() (string, error) }, map[string]*redis.Cmd) {
+	idle := s.b.opts.StreamIdleTTL
 	cmds := make([]interface{ Result() (string, error) }, len(batch))
 	trims := make(map[string]*redis.Cmd)
 	for i, r := range batch {
@@ -409,16 +432,7 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 			}
 		}
 	}
-	seq := s.deletions()
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	for i, r := range batch {
-		id, err := cmds[i].Result()
-		s.answer(r, id, err, seq)
-	}
-	for key, cmd := range trims {
-		s.checkTrim(ctx, key, cmd)
-	}
-	s.failQueuedAfter(ctx, batch)
+	return cmds, trims
 }
 
 // luaCode returns src without its comment lines and blank lines.

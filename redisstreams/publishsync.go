@@ -1,0 +1,121 @@
+package redisstreams
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// syncPart is the share of a batch that goes to one master with
+// Options.PublishSyncReplicas: its requests in pipeline order, the
+// connection to send them on, and, once sent, their replies and WAIT's.
+type syncPart struct {
+	conn  redis.Cmdable // the *redis.Client of the master
+	addr  string
+	reqs  []*pubReq
+	cmds  []interface{ Result() (string, error) }
+	trims map[string]*redis.Cmd
+	wait  *redis.IntCmd
+}
+
+// syncedPipeline is pipeline (batch already flattened) with
+// Options.PublishSyncReplicas: the batch's commands go out as pipeline
+// queues them, followed by WAIT PublishSyncReplicas PublishSyncTimeout in
+// the same pipeline, so on the connection that carried the writes and in
+// the same round trip. On a *redis.Client the batch is one pipeline. On a
+// *redis.ClusterClient the batch is split by master (MasterForKey, as
+// runSyncedNow does for leases: a batch's lane may be "" and span masters
+// when the client had no map of slots when it was formed), each part a
+// pipeline on that master's own client, so that its WAIT follows its own
+// writes; a MOVED or ASK reply is not followed there, the request fails
+// with it. The parts go out concurrently, as go-redis sends a Cluster
+// pipeline's per-node parts: each may wait for its replicas up to
+// PublishSyncTimeout, and one after the other those waits would add up.
+// A request whose write succeeded but whose master's WAIT failed or
+// counted fewer replicas than asked gets an error wrapping
+// ErrNotReplicated; one whose write failed keeps its own error.
+func (s *streamBus) syncedPipeline(ctx context.Context, batch []*pubReq) {
+	parts := s.syncParts(ctx, batch)
+	seq := s.deletions()
+	send := func(p *syncPart) {
+		pipe := p.conn.Pipeline()
+		p.cmds, p.trims = s.queue(ctx, pipe, p.reqs)
+		p.wait = redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
+		_ = pipe.Process(ctx, p.wait)
+		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	if len(parts) == 1 {
+		send(parts[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Go(func() { send(p) })
+		}
+		wg.Wait()
+	}
+	for _, p := range parts {
+		notSynced := s.notReplicated(p)
+		for i, r := range p.reqs {
+			id, err := p.cmds[i].Result()
+			s.answer(r, id, err, seq)
+			if r.err == nil && notSynced != nil {
+				r.err = fmt.Errorf("redisstreams: publish to %q: %w", r.key, notSynced)
+			}
+		}
+	}
+	for _, p := range parts {
+		for key, cmd := range p.trims {
+			s.checkTrim(ctx, key, cmd)
+		}
+	}
+	s.failQueuedAfter(ctx, batch)
+}
+
+// notReplicated returns the error of the writes of p whose WAIT failed or
+// counted fewer replicas than PublishSyncReplicas, or nil.
+func (s *streamBus) notReplicated(p *syncPart) error {
+	want := s.b.opts.PublishSyncReplicas
+	n, err := p.wait.Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT %d on master %s failed: %w", ErrNotReplicated, want, p.addr, err)
+	case n < int64(want):
+		return fmt.Errorf("%w: %d of %d replicas of master %s acknowledged within %v (PublishSyncReplicas)",
+			ErrNotReplicated, n, want, p.addr, s.b.opts.PublishSyncTimeout)
+	}
+	return nil
+}
+
+// syncParts splits batch by master, keeping its order within each master:
+// one part on a *redis.Client; on a *redis.ClusterClient one per master of
+// the requests' keys. A request whose master cannot be found gets that
+// error and is in no part.
+func (s *streamBus) syncParts(ctx context.Context, batch []*pubReq) []*syncPart {
+	cc, ok := s.b.client.(*redis.ClusterClient)
+	if !ok {
+		// New allows PublishSyncReplicas only on a *redis.Client or a
+		// *redis.ClusterClient.
+		c := s.b.client.(*redis.Client)
+		return []*syncPart{{conn: c, addr: c.Options().Addr, reqs: batch}}
+	}
+	var parts []*syncPart
+	byAddr := make(map[string]*syncPart)
+	for _, r := range batch {
+		node, err := cc.MasterForKey(ctx, r.key)
+		if err != nil {
+			r.err = fmt.Errorf("redisstreams: xadd %q: finding its master: %w", r.key, err)
+			continue
+		}
+		addr := node.Options().Addr
+		p := byAddr[addr]
+		if p == nil {
+			p = &syncPart{conn: node, addr: addr}
+			byAddr[addr] = p
+			parts = append(parts, p)
+		}
+		p.reqs = append(p.reqs, r)
+	}
+	return parts
+}

@@ -23,7 +23,18 @@
 // error (TestLeaseSyncFailover: no token handed out twice across a master
 // kill; the cost is in BENCHMARKS.md); renewals count only once
 // acknowledged too, so that a holder never believes in a deadline later
-// than the one a promoted replica keeps (TestLeaseSyncRenewals). Across restarts, run Redis with
+// than the one a promoted replica keeps (TestLeaseSyncRenewals). Where
+// accepted events must survive a failover, set [Options].PublishSyncReplicas
+// the same way: Publish, PublishFor and PublishBatch then return nil only
+// once WAIT, sent in the same pipeline as the writes, counted that many
+// replicas, and otherwise an error wrapping [ErrNotReplicated] (the event is
+// on the master and may be delivered or lost; a retry may deliver it
+// twice). While fewer replicas are connected than it asks, every publish
+// fails (TestPublishSyncReachesReplica: every accepted event was already on
+// the replica when the call returned; TestPublishSyncReplicaStopped;
+// TestPublishSyncFailover: every accepted event on the promoted master after
+// a master kill that, without the option, lost the events the master alone
+// had taken; TestPublishSyncClusterNoReplica). Across restarts, run Redis with
 // appendfsync always (or LeaseSyncAOF on Redis 7.2+). The tests restart a
 // server with appendfsync always (TestLeaseRestartAppendOnly) and fail over
 // a Sentinel deployment (TestSentinelFailoverResumes) to show what survives.

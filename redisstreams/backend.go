@@ -29,10 +29,11 @@ var ErrInvalid = errors.New("redisstreams: invalid argument")
 // event Redis stored on the master but fewer than PublishSyncReplicas
 // replicas acknowledged within Options.PublishSyncTimeout (or whose WAIT
 // failed; the error then wraps the cause too). The event IS stored on the
-// master and may be delivered; it may also be lost if the master fails
-// before it reaches a replica that is then promoted. A retry of the publish
-// may so deliver it twice (handlers deduplicate on Event.ID, which a retry
-// of the same pubsub.Event keeps once it was assigned).
+// master and may be delivered; it may also be lost, if the master fails
+// before the event reaches a replica that is then promoted. A retry may so
+// deliver it twice: set Event.ID before the first attempt (Publish assigns
+// one to its own copy when it is empty) and keep it for the retries, so
+// that handlers can deduplicate on it.
 var ErrNotReplicated = errors.New("redisstreams: event stored on the master but not acknowledged by the replicas asked for")
 
 // Defaults of Options.

@@ -18,7 +18,11 @@
 //     than the TTL does that to every run it stalls:
 //     TestLateLeasesUnderLoad/StallLongerThanTTL saw up to 22 such signals
 //     per run), and then the next run gets it again marked Redelivered (see
-//     the next point). Retry a failed Send with the same Signal.ID; within the dedupe
+//     the next point). "Stored" means on the Redis master: a failover can
+//     lose what the master had not replicated yet, unless the backend was
+//     built with redisstreams.Options.PublishSyncReplicas (and, for
+//     fencing, LeaseSyncReplicas) set to the number of replicas (see the
+//     Sentinel failover point below). Retry a failed Send with the same Signal.ID; within the dedupe
 //     window a duplicate ID is not run again. Send returns when its ctx
 //     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).
 //     An acquire such a Send left behind, or a hand-off whose reply was
@@ -84,8 +88,19 @@
 //     Redelivered (their runs' done records or acks did not make it).
 //     Replication is asynchronous: a failover can lose the last writes a
 //     master acknowledged (signals, acks, lease writes, fencing counters;
-//     README, "Not offered"; redisstreams.Options.LeaseSyncReplicas covers
-//     leases). Keep the sentinels'
+//     README, "Not offered"). With redisstreams.Options.PublishSyncReplicas
+//     and LeaseSyncReplicas set to the number of replicas, a failover that
+//     loses writes loses no accepted signal and runs no thread twice at
+//     once: TestSentinelLostWritesUnderLoad stalls replication for a
+//     second under the same load, then kills the master; with both at 1
+//     (its one replica), 0 accepted signals were lost and none ran twice
+//     unflagged in 4 runs, where without them 11-15 were lost and 6-12 ran
+//     twice unflagged. The cost: while fewer replicas are connected than
+//     they ask, every Send, acquire and renewal fails (there, for the 10-11s
+//     until the sentinel made the restarted old master a replica; the
+//     runtimes then went on by themselves), and every Send waits for a
+//     replica's acknowledgement (BENCHMARKS.md, "Publish replica sync").
+//     Keep the sentinels'
 //     down-after-milliseconds well above the longest pause a loaded master
 //     can have: with 1000, the sentinel sometimes deemed a just-promoted
 //     master down (its first PING answered more than a second after the

@@ -61,7 +61,9 @@ func (h logCount) WithGroup(string) slog.Handler      { return h }
 //     sentinelDownAfter, now 2000), and the writes the deposed master took
 //     in between (12-15 signals, and acks that made some run again
 //     unflagged) were gone once it was made a replica: Redis's
-//     asynchronous replication (README, "Not offered"). The deployment's roles
+//     asynchronous replication (README, "Not offered";
+//     TestSentinelLostWritesUnderLoad shows what the replica sync options
+//     change). The deployment's roles
 //     from the kill on, the sentinel's log and the nodes' replication log
 //     are printed when that happens;
 //  2. no thread is stuck: every thread with an accepted signal waiting at

@@ -1,0 +1,275 @@
+package loadtest_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
+)
+
+// TestSentinelLostWritesUnderLoad runs three runtimes on a Sentinel
+// deployment of a master and one replica (failover clients with go-redis's
+// defaults) under the load of TestSentinelFailoverUnderLoad, and makes the
+// failover lose writes: replication is stalled for a second
+// (redistest.Sentinel.StallReplication: the master alone takes the writes),
+// then the master is killed and the replica, which never saw that second,
+// promoted; the killed node is restarted and rejoins as a replica.
+//
+// Variant Sync sets redisstreams.Options.LeaseSyncReplicas and
+// PublishSyncReplicas to 1 (every replica). Asserted: every signal whose
+// Send returned nil, at any time, is given to an agent; per thread no two
+// agents run at once and fencing tokens rise strictly with run starts; every
+// Send begun more than sendBackBound after the old master rejoined as a
+// replica returns nil (until then, with no replica, every Send fails with
+// redisstreams.ErrNotReplicated, as documented); nothing stays stuck once
+// the sends stop; Close of each runtime returns within TTL + 1s.
+//
+// Variant Async (no sync options) asserts the same liveness (Sends work
+// again within sendBackBound of the promotion, every signal accepted after
+// the promotion is given, nothing stuck, Close), and reports what the lost
+// second cost: accepted signals never given, runs at once, tokens handed out
+// again. It is what Sync is measured against: the writes the test makes
+// the failover lose are real.
+func TestSentinelLostWritesUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40s failover load test: skipped under -short")
+	}
+	t.Run("Async", func(t *testing.T) { sentinelLostWrites(t, false) })
+	t.Run("Sync", func(t *testing.T) { sentinelLostWrites(t, true) })
+}
+
+func sentinelLostWrites(t *testing.T, synced bool) {
+	st := redistest.StartSentinel(t, 1)
+	ctx := context.Background()
+	const (
+		ttl           = 3 * time.Second
+		recovery      = 500 * time.Millisecond
+		busy          = 20
+		perBusy       = 6
+		short         = 80
+		senders       = 6
+		sendCtx       = 3 * time.Second
+		prefix        = "sflost"
+		stallFor      = time.Second
+		sendBackBound = 5 * time.Second
+		afterBack     = 3 * time.Second
+	)
+	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
+	logger := slog.New(logs)
+	lg := &bhLog{given: map[string][]loadGiven{}}
+	opts := redisstreams.Options{Prefix: prefix, Logger: logger}
+	if synced {
+		opts.LeaseSyncReplicas, opts.PublishSyncReplicas = 1, 1
+	}
+	var rts []*signals.Runtime
+	var bes []*redisstreams.Backend
+	for _, id := range []string{"A", "B", "C"} {
+		b, err := redisstreams.New(st.Client(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
+			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rts, bes = append(rts, rt), append(bes, b)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if closed {
+			return
+		}
+		for i := range rts {
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_ = rts[i].Close(cctx)
+			cancel()
+			_ = bes[i].Close()
+		}
+	})
+	look, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+
+	ls := newLoadSender(rts...)
+	ls.warmUp(short, busy, perBusy)
+	stopSends := ls.stream(senders, short, busy, sendCtx, func() int { return rand.IntN(len(rts)) })
+	defer stopSends()
+	time.Sleep(3 * time.Second)
+
+	old := st.Master()
+	resume := st.StallReplication(t)
+	stalled := time.Now()
+	time.Sleep(stallFor)
+	st.FailoverAfterKill(t, resume)
+	promoted := time.Now()
+	old.Restart(t) // the sentinel makes it a replica of the new master
+	rejoined := waitReplicaOnline(t, st.Master().Addr(), redistest.FailoverTimeout)
+	back := promoted
+	if synced {
+		back = rejoined // no replica to acknowledge until then
+	}
+	time.Sleep(sendBackBound + afterBack)
+	stopSends()
+	sendsEnd := time.Now()
+
+	all := ls.all()
+	sendProc := ls.proc
+	accepted := map[string]loadSend{}
+	var failed, failedAfterBound int
+	phase := map[string]int{}
+	for _, s := range all {
+		if s.err != nil {
+			failed++
+			if s.start.After(back.Add(sendBackBound)) {
+				failedAfterBound++
+				if failedAfterBound <= 10 {
+					t.Errorf("Send of %s to %s by %s, begun %v after %s, failed: %v", s.id, s.thread, sendProc[s.id], s.start.Sub(back).Round(time.Millisecond), backName(synced), s.err)
+				}
+			}
+			continue
+		}
+		accepted[s.id] = s
+		switch {
+		case s.start.Before(stalled):
+			phase["before the stall"]++
+		case s.start.Before(promoted):
+			phase["in the stall or the failover"]++
+		case s.start.Before(rejoined):
+			phase["between the promotion and the rejoin"]++
+		default:
+			phase["after the rejoin"]++
+		}
+	}
+
+	// Every accepted signal is given: with sync, all of them; without, those
+	// accepted after the promotion (the others may have been lost).
+	lg.waitGiven(t, accepted, sendProc, func(s loadSend) bool { return synced || s.start.After(promoted) }, promoted, "the promotion", sendsEnd.Add(60*time.Second))
+	var lost []string
+	lg.mu.Lock()
+	for id, s := range accepted {
+		if len(lg.given[id]) == 0 {
+			lost = append(lost, fmt.Sprintf("%s(%s, sent %+.3fs from the stall)", id, s.thread, s.start.Sub(stalled).Seconds()))
+		}
+	}
+	lg.mu.Unlock()
+	sort.Strings(lost)
+	checkSettled(t, look, loadThreads(busy, short), 30*time.Second)
+
+	var closeTimes []time.Duration
+	for i, rt := range rts {
+		c0 := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := rt.Close(cctx)
+		cancel()
+		d := time.Since(c0)
+		closeTimes = append(closeTimes, d.Round(time.Millisecond))
+		if err != nil {
+			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
+		}
+		if d > ttl+time.Second {
+			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
+		}
+		_ = bes[i].Close()
+	}
+	closed = true
+
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	var anomalies []string
+	overlaps, tokenBack := 0, 0
+	for th, rs := range lg.byThread() {
+		ov := runOverlaps(th, rs, stalled, "the stall")
+		overlaps += len(ov)
+		anomalies = append(anomalies, ov...)
+		for i := 1; i < len(rs); i++ {
+			if r, q := rs[i-1], rs[i]; q.token <= r.token && (q.id != r.id || q.proc != r.proc) {
+				tokenBack++
+				anomalies = append(anomalies, fmt.Sprintf("%s: run %s on %s token %d (started %+.3fs from the stall) after run %s on %s token %d (%+.3fs)",
+					th, q.id, q.proc, q.token, q.start.Sub(stalled).Seconds(), r.id, r.proc, r.token, r.start.Sub(stalled).Seconds()))
+			}
+		}
+	}
+	for _, a := range anomalies[:min(len(anomalies), 10)] {
+		if synced {
+			t.Errorf("with LeaseSyncReplicas 1: %s", a)
+		} else {
+			t.Logf("allowed without LeaseSyncReplicas: %s", a)
+		}
+	}
+	var flagged, unflagged int
+	for _, gs := range lg.given {
+		fresh := 0
+		for _, g := range gs {
+			if !g.redelivered {
+				fresh++
+			}
+		}
+		switch {
+		case fresh > 1:
+			unflagged++
+		case len(gs) > 1:
+			flagged++
+		}
+	}
+	t.Logf("synced %v: stall %v, failover %v after the stall began, old master back as a replica %v after the promotion",
+		synced, stallFor, promoted.Sub(stalled).Round(time.Millisecond), rejoined.Sub(promoted).Round(time.Millisecond))
+	t.Logf("sends %d, failed %d; accepted %d: %v", len(all), failed, len(accepted), phase)
+	t.Logf("accepted and never given (lost in the failover): %d %v", len(lost), lost[:min(len(lost), 10)])
+	t.Logf("given more than once: %d flagged Redelivered, %d not (deliveries or acks lost in the failover); runs %d, at once %d, tokens not rising %d",
+		flagged, unflagged, len(lg.runs), overlaps, tokenBack)
+	t.Logf("Close %v", closeTimes)
+	logs.mu.Lock()
+	type kv struct {
+		k string
+		n int
+	}
+	var lk []kv
+	for k, v := range logs.n {
+		lk = append(lk, kv{k, v})
+	}
+	logs.mu.Unlock()
+	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
+	for _, x := range lk[:min(len(lk), 6)] {
+		t.Logf("log %5d× %s", x.n, x.k)
+	}
+}
+
+func backName(synced bool) string {
+	if synced {
+		return "the old master rejoined as a replica"
+	}
+	return "the promotion"
+}
+
+// waitReplicaOnline waits up to timeout until the master at addr has a
+// replica online and returns when it saw it.
+func waitReplicaOnline(t *testing.T, addr string, timeout time.Duration) time.Time {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica online on the new master %s within %v: %v %q", addr, timeout, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

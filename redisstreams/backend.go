@@ -153,9 +153,12 @@ type Options struct {
 	// so held leases are lost at their deadlines. It costs one more round
 	// trip's worth of waiting for the replica on every acquire, transfer
 	// and renewal pipeline; acquires, transfers and RenewLease calls are no
-	// longer coalesced with other lease calls (BENCHMARKS.md). Default 0:
-	// replication stays asynchronous. It needs a *redis.Client (standalone
-	// or Sentinel) or a *redis.ClusterClient.
+	// longer coalesced with other lease calls (BENCHMARKS.md). On a Cluster
+	// the synced calls go to the key's master's own client and do not
+	// follow MOVED or ASK: while a slot moves, its acquires fail and its
+	// renewals too, so its leases are lost at their deadlines (failing
+	// closed). Default 0: replication stays asynchronous. It needs a
+	// *redis.Client (standalone or Sentinel) or a *redis.ClusterClient.
 	LeaseSyncReplicas int
 	// LeaseSyncAOF, when set, also makes acquire, transfer and renewals
 	// wait until the master (and LeaseSyncReplicas replicas) wrote the
@@ -191,14 +194,16 @@ type Options struct {
 	// (one batch is in flight at a time), which lowers throughput
 	// (BENCHMARKS.md). On Cluster the per-master pipelines do not follow
 	// MOVED or ASK: a publish to a slot that is moving returns that error
-	// (retry it). PublishSyncTimeout should stay below the client's
-	// ReadTimeout (3s by default), or a WAIT that times out is read as a
-	// dead connection. Default 0: replication stays asynchronous. It needs a
-	// *redis.Client (standalone or Sentinel) or a *redis.ClusterClient.
+	// (retry it). PublishSyncTimeout must be below the client's
+	// ReadTimeout (5s by default in go-redis v9.23; New returns an error
+	// wrapping ErrInvalid otherwise): a WAIT that timed out would read as a
+	// dead connection, and go-redis would send the publishes again. Default
+	// 0: replication stays asynchronous. It needs a *redis.Client
+	// (standalone or Sentinel) or a *redis.ClusterClient.
 	PublishSyncReplicas int
 	// PublishSyncTimeout bounds the wait of PublishSyncReplicas (WAIT's
 	// timeout, in whole milliseconds). Default DefaultPublishSyncTimeout;
-	// at least 1ms.
+	// at least 1ms, and below the client's ReadTimeout.
 	PublishSyncTimeout time.Duration
 	// ConfigureClient, when set, is called by NewURL with the client
 	// options parsed from the URL, before the client is built, to set what
@@ -338,7 +343,7 @@ var (
 // client that ignores them, leases still fail closed — a lease.Held ends at
 // its own loss deadline whatever its renew calls do, and RenewLeases
 // returns when its ctx ends — but a single lease call, a publish or a read
-// may then block until the client's ReadTimeout (3s by default) on a network
+// may then block until the client's ReadTimeout (5s by default) on a network
 // that stops answering. New logs a warning for such a *redis.Client or
 // *redis.ClusterClient. New does not check the server's eviction policy;
 // call Backend.CheckEviction for that.
@@ -427,9 +432,12 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 		}
 	}
 	if o.PublishSyncReplicas > 0 {
+		// A WAIT still waiting at the read deadline reads as a dead
+		// connection, and go-redis sends the whole pipeline again: every
+		// event of the batch stored once more per retry.
 		if rt := readTimeout(client); rt > 0 && o.PublishSyncTimeout >= rt {
-			o.Logger.Warn("redisstreams: PublishSyncTimeout is not below the client's ReadTimeout: a publish whose replicas do not acknowledge in time fails as a dead connection rather than with ErrNotReplicated",
-				"PublishSyncTimeout", o.PublishSyncTimeout, "ReadTimeout", rt)
+			return nil, fmt.Errorf("%w: PublishSyncTimeout %v is not below the client's ReadTimeout %v (a WAIT that times out would read as a dead connection, and go-redis would send the publishes again)",
+				ErrInvalid, o.PublishSyncTimeout, rt)
 		}
 	}
 	b := &Backend{client: client, ownClient: own, opts: o, keys: space,

@@ -28,6 +28,8 @@ func TestPublishSyncOptions(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { ring.Close() })
+	quick := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { quick.Close() })
 	type wrapped struct{ *redis.Client } // a UniversalClient of the caller's own
 	for _, tc := range []struct {
 		client redis.UniversalClient
@@ -40,6 +42,10 @@ func TestPublishSyncOptions(t *testing.T) {
 		{c, Options{PublishSyncReplicas: 1, PublishSyncTimeout: time.Microsecond}, []string{"PublishSyncTimeout", "1µs"}},
 		{ring, Options{PublishSyncReplicas: 1}, []string{"PublishSyncReplicas", "*redis.Ring"}},
 		{wrapped{c}, Options{PublishSyncReplicas: 2}, []string{"PublishSyncReplicas", "2", "wrapped"}},
+		// A WAIT outlasting the read deadline would be retried with its
+		// publishes.
+		{quick, Options{PublishSyncReplicas: 1}, []string{"PublishSyncTimeout", "1s", "ReadTimeout", "500ms"}},
+		{c, Options{PublishSyncReplicas: 1, PublishSyncTimeout: 5 * time.Second}, []string{"PublishSyncTimeout", "5s", "ReadTimeout", "5s"}},
 	} {
 		_, err := New(tc.client, tc.o)
 		if !errors.Is(err, ErrInvalid) {

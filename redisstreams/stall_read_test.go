@@ -46,7 +46,7 @@ func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
 	publishXs(t, b, "t", n)
 	srv.Pause(t)
 	sub.(pubsub.Kicker).Kick()  // the read goes to a stopped server
-	time.Sleep(7 * time.Second) // past go-redis's ReadTimeout (3s)
+	time.Sleep(7 * time.Second) // past go-redis's default ReadTimeout (5s)
 	srv.Resume(t)
 	// Keep kicking (a ReadOnDemand subscription reclaims while kicked).
 	deadline := time.Now().Add(20 * time.Second)

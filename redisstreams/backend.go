@@ -30,10 +30,10 @@ var ErrInvalid = errors.New("redisstreams: invalid argument")
 // replicas acknowledged within Options.PublishSyncTimeout (or whose WAIT
 // failed; the error then wraps the cause too). The event IS stored on the
 // master and may be delivered; it may also be lost, if the master fails
-// before the event reaches a replica that is then promoted. A retry may so
-// deliver it twice: set Event.ID before the first attempt (Publish assigns
-// one to its own copy when it is empty) and keep it for the retries, so
-// that handlers can deduplicate on it.
+// before the event reaches a replica that is then promoted. A retry may
+// then deliver it twice: set Event.ID before the first attempt (Publish
+// assigns one to its own copy when it is empty) and keep it for the
+// retries, so that handlers can deduplicate on it.
 var ErrNotReplicated = errors.New("redisstreams: event stored on the master but not acknowledged by the replicas asked for")
 
 // Defaults of Options.
@@ -430,8 +430,6 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 		default:
 			return nil, fmt.Errorf("%w: PublishSyncReplicas %d needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, o.PublishSyncReplicas, client)
 		}
-	}
-	if o.PublishSyncReplicas > 0 {
 		// A WAIT still waiting at the read deadline reads as a dead
 		// connection, and go-redis sends the whole pipeline again: every
 		// event of the batch stored once more per retry.

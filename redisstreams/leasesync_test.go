@@ -204,8 +204,7 @@ func BenchmarkLeaseSync(b *testing.B) {
 
 // BenchmarkLeaseSyncRenew10k measures what LeaseSyncReplicas costs
 // renewals: one RenewLeases of 10,000 held leases on a master with one
-// replica, without and with the option (the sub-benchmarks alternate when
-// run with -count).
+// replica, without and with the option, one after the other.
 func BenchmarkLeaseSyncRenew10k(b *testing.B) {
 	st := redistest.StartSentinel(b, 1)
 	c := redis.NewClient(&redis.Options{Addr: st.Master().Addr()})

@@ -22,8 +22,8 @@
 //     lose what the master had not replicated yet, unless the backend was
 //     built with redisstreams.Options.PublishSyncReplicas (and, for
 //     fencing, LeaseSyncReplicas) set to the number of replicas (see the
-//     Sentinel failover point below). Retry a failed Send with the same Signal.ID; within the dedupe
-//     window a duplicate ID is not run again. Send returns when its ctx
+//     Sentinel failover point below). Retry a failed Send with the same
+//     Signal.ID; within the dedupe window a duplicate ID is not run again. Send returns when its ctx
 //     ends, also while Redis does not answer (TestSendReturnsAtCtxEndOnStalledServer).
 //     An acquire such a Send left behind, or a hand-off whose reply was
 //     lost, may lease the thread to a run that never starts when Redis
@@ -98,12 +98,12 @@
 //     twice unflagged. What they do not cover: the read that gives a
 //     signal to a run is not waited for, so a signal a run was given while
 //     replication stalled can be given again after such a failover without
-//     the Redelivered mark (TestSentinelLostReadRunsAgain). The cost: while fewer replicas are connected than
-//     they ask, every Send, acquire and renewal fails (there, for the 10-11s
-//     until the sentinel made the restarted old master a replica; the
-//     runtimes then went on by themselves), and every Send waits for a
-//     replica's acknowledgement (BENCHMARKS.md, "Publish replica sync").
-//     Keep the sentinels'
+//     the Redelivered mark (TestSentinelLostReadRunsAgain). The cost:
+//     while fewer replicas are connected than they ask, every Send,
+//     acquire and renewal fails (there, for the 10-11s until the sentinel
+//     made the restarted old master a replica; the runtimes then went on by
+//     themselves), and every Send waits for a replica's acknowledgement
+//     (BENCHMARKS.md, "Publish replica sync"). Keep the sentinels'
 //     down-after-milliseconds well above the longest pause a loaded master
 //     can have: with 1000, the sentinel sometimes deemed a just-promoted
 //     master down (its first PING answered more than a second after the

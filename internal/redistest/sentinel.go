@@ -204,12 +204,12 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 // as part of the failover). It fails t at once when no replica is running.
 func (s *Sentinel) Failover(t testing.TB) { s.FailoverAfterKill(t, nil) }
 
-// FailoverAfterKill is [Sentinel.Failover], calling afterKill (when not nil) once
-// the master is killed, before waiting for the promotion: a test that
-// stalled replication ([Sentinel.StallReplication]) to make the master's
-// last writes unreplicated resumes the replicas there, so that the promoted
-// one lacks them. afterKill must not call the Sentinel's methods (Failover
-// holds its lock); a *Server's are fine.
+// FailoverAfterKill is [Sentinel.Failover], calling afterKill (when not
+// nil) once the master is killed, before waiting for the promotion: a test
+// that stalled replication ([Sentinel.StallReplication]) to make the
+// master's last writes unreplicated resumes the replicas there, so that
+// the promoted one lacks them. afterKill must not call the Sentinel's
+// methods (Failover holds its lock); a *Server's are fine.
 func (s *Sentinel) FailoverAfterKill(t testing.TB, afterKill func()) {
 	t.Helper()
 	s.mu.Lock()
@@ -285,8 +285,8 @@ func (s *Sentinel) FailoverAfterKill(t testing.TB, afterKill func()) {
 // paused replica alone would still read, once resumed, what the master had
 // written into its socket. It returns a func that resumes the replicas
 // (they then reconnect and catch up, unless the master is gone: pass it to
-// [Sentinel.FailoverAfterKill]). The sentinel deems a paused replica down after
-// down-after-milliseconds (2s): fail over before that.
+// [Sentinel.FailoverAfterKill]). The sentinel deems a paused replica down
+// after down-after-milliseconds (2s): fail over before that.
 func (s *Sentinel) StallReplication(t testing.TB) (resume func()) {
 	t.Helper()
 	s.mu.Lock()

@@ -63,9 +63,8 @@ func (h logCount) WithGroup(string) slog.Handler      { return h }
 //     unflagged) were gone once it was made a replica: Redis's
 //     asynchronous replication (README, "Not offered";
 //     TestSentinelLostWritesUnderLoad shows what the replica sync options
-//     change). The deployment's roles
-//     from the kill on, the sentinel's log and the nodes' replication log
-//     are printed when that happens;
+//     change). The deployment's roles from the kill on, the sentinel's log
+//     and the nodes' replication log are printed when that happens;
 //  2. no thread is stuck: every thread with an accepted signal waiting at
 //     the promotion (one that ran at some point: a lost one is allowed)
 //     starts a run within TTL + recovery + the longest run (3s) + 2s of
@@ -105,35 +104,8 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
 	logger := slog.New(logs)
 	lg := &bhLog{given: map[string][]loadGiven{}}
-	mk := func(id string) (*signals.Runtime, *redisstreams.Backend) {
-		b, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, LeaseSyncReplicas: syncReplicas, Logger: logger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
-			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rt, b
-	}
-	a, ab := mk("A")
-	b, bb := mk("B")
-	c, cb := mk("C")
-	rts := []*signals.Runtime{a, b, c}
-	bes := []*redisstreams.Backend{ab, bb, cb}
-	closed := false
-	t.Cleanup(func() {
-		if closed {
-			return
-		}
-		for i := range rts {
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			_ = rts[i].Close(cctx)
-			cancel()
-			_ = bes[i].Close()
-		}
-	})
+	runs := startSentinelRuns(t, st, redisstreams.Options{Prefix: prefix, LeaseSyncReplicas: syncReplicas}, lg, logs, ttl, recovery)
+	rts := runs.rts
 	look, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -272,23 +244,7 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 	settled := time.Since(allGiven)
 
 	// 4. Close.
-	var closeTimes []time.Duration
-	for i, rt := range rts {
-		c0 := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := rt.Close(cctx)
-		cancel()
-		d := time.Since(c0)
-		closeTimes = append(closeTimes, d.Round(time.Millisecond))
-		if err != nil {
-			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
-		}
-		if d > ttl+time.Second {
-			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
-		}
-		_ = bes[i].Close()
-	}
-	closed = true
+	closeTimes := runs.closeAll(t, ttl)
 
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
@@ -451,20 +407,7 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 		len(firstRuns), pct(0), pct(0.5), pct(0.9), pct(1), slowDesc, takeBound)
 	t.Logf("the sentinel switched the master %d times; the deployment's roles from the Failover call:\n%s", switches, roleLog)
 	t.Logf("all given %v after the senders stopped; settled %v after that; Close %v", allGiven.Sub(sendsEnd).Round(time.Millisecond), settled.Round(time.Millisecond), closeTimes)
-	logs.mu.Lock()
-	type kv struct {
-		k string
-		n int
-	}
-	var lk []kv
-	for k, v := range logs.n {
-		lk = append(lk, kv{k, v})
-	}
-	logs.mu.Unlock()
-	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
-	for _, x := range lk[:min(len(lk), 8)] {
-		t.Logf("log %5d× %s", x.n, x.k)
-	}
+	logTop(t, logs, 8)
 }
 
 // watchRoles polls, every 20ms from now, the sentinel's reported master and
@@ -502,7 +445,7 @@ func watchRoles(sentinel string, nodes []*redistest.Server, start time.Time) fun
 				switch {
 				case err != nil:
 					fmt.Fprintf(&b, " %s down;", c.Options().Addr)
-				case len(v) >= 3 && v[0] == "slave":
+				case len(v) >= 4 && v[0] == "slave":
 					fmt.Fprintf(&b, " %s slave of :%v (%v);", c.Options().Addr, v[2], v[3])
 				case len(v) >= 1:
 					fmt.Fprintf(&b, " %s %v;", c.Options().Addr, v[0])
@@ -535,4 +478,87 @@ func nodeLogs(st *redistest.Sentinel) string {
 		}
 	}
 	return b.String()
+}
+
+// sentinelRuns is the three runtimes "A", "B" and "C" of a Sentinel load
+// test, each on its own failover client with go-redis's defaults and
+// redisstreams.New with opts, logging to logs and recording into lg.
+type sentinelRuns struct {
+	rts    []*signals.Runtime
+	bes    []*redisstreams.Backend
+	closed bool
+}
+
+// startSentinelRuns starts them; t.Cleanup closes them unless closeAll did.
+func startSentinelRuns(t *testing.T, st *redistest.Sentinel, opts redisstreams.Options, lg *bhLog, logs logCount, ttl, recovery time.Duration) *sentinelRuns {
+	logger := slog.New(logs)
+	opts.Logger = logger
+	s := &sentinelRuns{}
+	for _, id := range []string{"A", "B", "C"} {
+		b, err := redisstreams.New(st.Client(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
+			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.rts, s.bes = append(s.rts, rt), append(s.bes, b)
+	}
+	t.Cleanup(func() {
+		if s.closed {
+			return
+		}
+		for i := range s.rts {
+			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_ = s.rts[i].Close(cctx)
+			cancel()
+			_ = s.bes[i].Close()
+		}
+	})
+	return s
+}
+
+// closeAll closes each runtime with a 10s ctx, fails t when a Close returns
+// an error or takes longer than ttl + 1s, and returns how long each took.
+func (s *sentinelRuns) closeAll(t *testing.T, ttl time.Duration) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for i, rt := range s.rts {
+		c0 := time.Now()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := rt.Close(cctx)
+		cancel()
+		d := time.Since(c0)
+		took = append(took, d.Round(time.Millisecond))
+		if err != nil {
+			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
+		}
+		if d > ttl+time.Second {
+			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
+		}
+		_ = s.bes[i].Close()
+	}
+	s.closed = true
+	return took
+}
+
+// logTop logs the n most frequent log records counted by logs.
+func logTop(t *testing.T, logs logCount, n int) {
+	t.Helper()
+	logs.mu.Lock()
+	type kv struct {
+		k string
+		n int
+	}
+	var lk []kv
+	for k, v := range logs.n {
+		lk = append(lk, kv{k, v})
+	}
+	logs.mu.Unlock()
+	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
+	for _, x := range lk[:min(len(lk), n)] {
+		t.Logf("log %5d× %s", x.n, x.k)
+	}
 }

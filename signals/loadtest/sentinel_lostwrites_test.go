@@ -15,7 +15,6 @@ import (
 
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
-	"github.com/leasebus/leasebus/signals"
 )
 
 // TestSentinelLostWritesUnderLoad runs three runtimes on a Sentinel
@@ -49,7 +48,7 @@ import (
 // TestSentinelLostReadRunsAgain; the first 5 runs of this test had none).
 func TestSentinelLostWritesUnderLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 40s failover load test: skipped under -short")
+		t.Skip("a 2-minute failover load test: skipped under -short")
 	}
 	t.Run("Async", func(t *testing.T) { sentinelLostWrites(t, false) })
 	t.Run("Sync", func(t *testing.T) { sentinelLostWrites(t, true) })
@@ -74,36 +73,12 @@ func sentinelLostWrites(t *testing.T, synced bool) {
 	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
 	logger := slog.New(logs)
 	lg := &bhLog{given: map[string][]loadGiven{}}
-	opts := redisstreams.Options{Prefix: prefix, Logger: logger}
+	opts := redisstreams.Options{Prefix: prefix}
 	if synced {
 		opts.LeaseSyncReplicas, opts.PublishSyncReplicas = 1, 1
 	}
-	var rts []*signals.Runtime
-	var bes []*redisstreams.Backend
-	for _, id := range []string{"A", "B", "C"} {
-		b, err := redisstreams.New(st.Client(t), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
-			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rts, bes = append(rts, rt), append(bes, b)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if closed {
-			return
-		}
-		for i := range rts {
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			_ = rts[i].Close(cctx)
-			cancel()
-			_ = bes[i].Close()
-		}
-	})
+	runs := startSentinelRuns(t, st, opts, lg, logs, ttl, recovery)
+	rts := runs.rts
 	look, err := redisstreams.New(st.Client(t), redisstreams.Options{Prefix: prefix, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -188,23 +163,7 @@ func sentinelLostWrites(t *testing.T, synced bool) {
 	sort.Strings(lost)
 	checkSettled(t, look, loadThreads(busy, short), 30*time.Second)
 
-	var closeTimes []time.Duration
-	for i, rt := range rts {
-		c0 := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := rt.Close(cctx)
-		cancel()
-		d := time.Since(c0)
-		closeTimes = append(closeTimes, d.Round(time.Millisecond))
-		if err != nil {
-			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
-		}
-		if d > ttl+time.Second {
-			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
-		}
-		_ = bes[i].Close()
-	}
-	closed = true
+	closeTimes := runs.closeAll(t, ttl)
 
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
@@ -251,20 +210,7 @@ func sentinelLostWrites(t *testing.T, synced bool) {
 	t.Logf("given more than once: %d flagged Redelivered, %d not (deliveries or acks lost in the failover); runs %d, at once %d, tokens not rising %d",
 		flagged, unflagged, len(lg.runs), overlaps, tokenBack)
 	t.Logf("Close %v", closeTimes)
-	logs.mu.Lock()
-	type kv struct {
-		k string
-		n int
-	}
-	var lk []kv
-	for k, v := range logs.n {
-		lk = append(lk, kv{k, v})
-	}
-	logs.mu.Unlock()
-	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
-	for _, x := range lk[:min(len(lk), 6)] {
-		t.Logf("log %5d× %s", x.n, x.k)
-	}
+	logTop(t, logs, 6)
 }
 
 func backName(synced bool) string {

@@ -34,7 +34,9 @@
 // the replica when the call returned; TestPublishSyncReplicaStopped;
 // TestPublishSyncFailover: every accepted event on the promoted master after
 // a master kill that, without the option, lost the events the master alone
-// had taken; TestPublishSyncClusterNoReplica). Across restarts, run Redis with
+// had taken; TestPublishSyncClusterNoReplica; TestSyncClusterWithReplicas:
+// on a Cluster each master's WAIT counts its own replicas, for publishes,
+// acquires and renewals). Across restarts, run Redis with
 // appendfsync always (or LeaseSyncAOF on Redis 7.2+). The tests restart a
 // server with appendfsync always (TestLeaseRestartAppendOnly) and fail over
 // a Sentinel deployment (TestSentinelFailoverResumes) to show what survives.

@@ -12,9 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a private Redis Cluster of master-only nodes owned by one test.
+// Cluster is a private Redis Cluster owned by one test: masters, and with
+// [StartClusterReplicas] replicas of each.
 type Cluster struct {
-	nodes []*Server
+	nodes    []*Server
+	masters  int
+	replicas int
 }
 
 // StartCluster starts masters redis-server processes (at least 3) with
@@ -26,13 +29,26 @@ type Cluster struct {
 // is missing. t.Cleanup kills every node.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return StartClusterReplicas(t, masters, 0)
+}
+
+// StartClusterReplicas is [StartCluster] with replicas replicas of each
+// master (`--cluster-replicas replicas`: redis-cli makes the first masters
+// nodes masters and the rest their replicas), and waits too until every
+// replica reports its link to its master up. [Cluster.ReplicasOf] tells
+// which node replicates which master.
+func StartClusterReplicas(t testing.TB, masters, replicas int) *Cluster {
+	t.Helper()
 	Require(t)
 	requireBinary(t, "redis-cli")
 	if masters < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 masters, got %d", masters)
 	}
-	c := &Cluster{}
-	for i := 0; i < masters; i++ {
+	if replicas < 0 {
+		t.Fatalf("redistest: StartClusterReplicas: negative replica count %d", replicas)
+	}
+	c := &Cluster{masters: masters, replicas: replicas}
+	for i := 0; i < masters*(1+replicas); i++ {
 		c.nodes = append(c.nodes, start(t, Options{Args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
@@ -44,7 +60,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*ReadyTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli %s: %v\n%s\n%s", strings.Join(args, " "), err, out, c.logTails())
@@ -71,7 +87,7 @@ func (c *Cluster) checkOK() error {
 		"cluster_slots_assigned": "16384",
 		"cluster_slots_ok":       "16384",
 		"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
-		"cluster_size":           strconv.Itoa(len(c.nodes)),
+		"cluster_size":           strconv.Itoa(c.masters),
 	}
 	for _, n := range c.nodes {
 		info, err := clusterInfo(n.Addr())
@@ -84,7 +100,44 @@ func (c *Cluster) checkOK() error {
 			}
 		}
 	}
+	if c.replicas == 0 {
+		return nil
+	}
+	linked := 0
+	for _, n := range c.nodes {
+		if role, err := roleOf(n.Addr()); err != nil || role != "slave" {
+			continue
+		}
+		if err := linkUp(n.Addr()); err != nil {
+			return fmt.Errorf("replica %s: %w", n.Addr(), err)
+		}
+		linked++
+	}
+	if want := c.masters * c.replicas; linked != want {
+		return fmt.Errorf("%d replicas linked to their masters, want %d", linked, want)
+	}
 	return nil
+}
+
+// ReplicasOf returns the nodes that replicate the master at addr now (from
+// INFO replication on each node), for a test that checks what reached a
+// replica or pauses one.
+func (c *Cluster) ReplicasOf(t testing.TB, addr string) []*Server {
+	t.Helper()
+	_, port, _ := strings.Cut(addr, ":")
+	var out []*Server
+	for _, n := range c.nodes {
+		rc, err := dialRaw(n.Addr(), time.Second)
+		if err != nil {
+			continue // a node killed or paused by the test
+		}
+		info, err := rc.do("INFO", "replication")
+		rc.Close()
+		if err == nil && infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func clusterInfo(addr string) (string, error) {

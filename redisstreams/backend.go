@@ -179,6 +179,13 @@ type Options struct {
 	// within PublishSyncTimeout, or the WAIT fails, the publish returns an
 	// error wrapping ErrNotReplicated: the event is stored on the master and
 	// may be delivered, or lost in a failover; a retry may deliver it twice.
+	// A group subscription's reads end with the same WAIT, and what a read
+	// the replicas did not acknowledge delivered is not handed on until a
+	// later read's WAIT covers it (the read counts as one whose reply was
+	// lost), so a failover cannot make a handed-on event look undelivered
+	// and give it again as a first delivery (DeliveryAttempt 1):
+	// TestPublishSyncReadWaits. Claims of others' entries are not waited
+	// for: what they deliver has DeliveryAttempt 2 or more either way.
 	// It protects accepted events across a failover: a replica promoted
 	// after the master died (or after a spurious second failover deposed a
 	// master that had taken writes) holds every event a caller was told was

@@ -29,8 +29,10 @@
 // once WAIT, sent in the same pipeline as the writes, counted that many
 // replicas, and otherwise an error wrapping [ErrNotReplicated] (the event is
 // on the master and may be delivered or lost; a retry may deliver it
-// twice). While fewer replicas are connected than it asks, every publish
-// fails (TestPublishSyncReachesReplica: every accepted event was already on
+// twice); a group subscription's reads wait for the replicas too, so that
+// a failover cannot make a delivered event look new (TestPublishSyncReadWaits).
+// While fewer replicas are connected than it asks, every publish and group
+// read fails (TestPublishSyncReachesReplica: every accepted event was already on
 // the replica when the call returned; TestPublishSyncReplicaStopped;
 // TestPublishSyncFailover: every accepted event on the promoted master after
 // a master kill that, without the option, lost the events the master alone

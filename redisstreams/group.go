@@ -777,9 +777,19 @@ func (g *groupSub) readLoop() {
 			tail string // the stream's last entry as the read saw it ("tail")
 		)
 		err := g.s.runReads(g.ctx, g.key, pipe.Cmds())
+		var unsynced error // with PublishSyncReplicas: see runReads
+		if errors.Is(err, ErrNotReplicated) {
+			unsynced, err = err, nil
+		}
 		sent := err == nil
 		if sent {
 			res, tail, err = readReply(read, g.cfg.ReadOnDemand)
+			if unsynced != nil && (err == nil || chk != nil) {
+				// It delivered (or would recover) entries whose delivery
+				// the replicas have not acknowledged: hand nothing on,
+				// as after a read whose reply was lost.
+				err = unsynced
+			}
 		} else {
 			last = nil // unanswered: never read it
 		}

@@ -483,3 +483,63 @@ func BenchmarkPublishSync(b *testing.B) {
 		}
 	}
 }
+
+// TestPublishSyncReadWaits: with PublishSyncReplicas, a group
+// subscription's read ends with WAIT too, and what a read the replicas did
+// not acknowledge delivered is not handed on: with the one replica paused,
+// an event published before the pause reaches no handler (plain or
+// on-demand subscription); once the replica resumes, each handler gets it,
+// as a first delivery. Otherwise a failover could make a delivered event
+// look undelivered, and deliver it again with DeliveryAttempt 1 (the
+// signals runtime's Redelivered false: TestSentinelLostReadRunsAgain in
+// signals/loadtest).
+func TestPublishSyncReadWaits(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	for _, onDemand := range []bool{false, true} {
+		topic := fmt.Sprint("readwait-", onDemand)
+		awaitSynced(t, b, topic)
+		if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		replica := replicaOf(t, st)
+		replica.Pause(t)
+		got := make(chan pubsub.Event, 4)
+		opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.StartFrom(pubsub.Earliest)}
+		if onDemand {
+			opts = append(opts, pubsub.ReadOnDemand())
+		}
+		sub, err := b.Subscribe(ctx, topic, func(_ context.Context, ev pubsub.Event) error {
+			if ev.ID == "e1" {
+				got <- ev
+			}
+			return nil
+		}, opts...)
+		if err != nil {
+			replica.Resume(t)
+			t.Fatal(err)
+		}
+		if k, ok := sub.(pubsub.Kicker); ok {
+			k.Kick()
+		}
+		select {
+		case ev := <-got:
+			t.Errorf("on-demand %v: e1 handed on (attempt %d) while the replica was paused: its read was not acknowledged", onDemand, ev.DeliveryAttempt)
+		case <-time.After(1500 * time.Millisecond):
+		}
+		replica.Resume(t)
+		if k, ok := sub.(pubsub.Kicker); ok {
+			k.Kick()
+		}
+		select {
+		case ev := <-got:
+			if ev.DeliveryAttempt != 1 {
+				t.Errorf("on-demand %v: e1 handed on with DeliveryAttempt %d after the resume, want 1 (never handed on before)", onDemand, ev.DeliveryAttempt)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("on-demand %v: e1 not handed on within 15s of the replica's resume", onDemand)
+		}
+		_ = sub.Unsubscribe(ctx)
+	}
+}

@@ -3,7 +3,9 @@ package redisstreams
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,8 +55,13 @@ const readBatchTimeout = 10 * time.Second
 // and in order, each carrying its own reply.
 type readReq struct {
 	t    turn[*readReq]
+	key  string
 	cmds []redis.Cmder
 	done chan struct{} // closed once the pipeline that carried cmds returned
+	// unsynced, with Options.PublishSyncReplicas, is the error (wrapping
+	// ErrNotReplicated) of a read whose pipeline's WAIT did not count
+	// enough replicas: what it delivered must not be handed on yet.
+	unsynced error
 }
 
 func (r *readReq) turn() *turn[*readReq] { return &r.t }
@@ -85,13 +92,22 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 //
 // key is the stream read: on a Cluster the read is batched with the reads
 // of streams on the same master (lanes).
+//
+// With Options.PublishSyncReplicas, the pipeline ends with WAIT on the
+// connection that carried the reads (on a Cluster, one pipeline per
+// master), and a read sent whose WAIT did not count enough replicas returns
+// an error wrapping ErrNotReplicated: it ran, and what it delivered is
+// pending on the consumer, but a failover could still make it undelivered
+// (its delivery count back to 0), so the caller hands nothing of it on and
+// treats it as a read whose reply was lost (recoverLost finds its entries
+// with a later read, whose WAIT covers this one's delivery too).
 func (s *streamBus) runReads(ctx context.Context, key string, cmds []redis.Cmder) error {
-	r := &readReq{cmds: cmds, done: make(chan struct{})}
+	r := &readReq{key: key, cmds: cmds, done: make(chan struct{})}
 	q := s.readQ.lane(s.b.laneOf(key))
 	if q.join(r, readMaxActive) {
 		s.sendReads(ctx, []*readReq{r})
 		q.finish(readMaxBatch)
-		return nil
+		return r.unsynced
 	}
 	batch, sent, err := q.await(ctx, r, readMaxBatch, s.sendReadBatch)
 	if err != nil {
@@ -99,14 +115,14 @@ func (s *streamBus) runReads(ctx context.Context, key string, cmds []redis.Cmder
 			return err // left the queue: never sent
 		}
 		<-r.done // in a batch: sent, or being sent by whoever leads it
-		return nil
+		return r.unsynced
 	}
 	if batch != nil {
 		s.sendReadBatch(batch)
 		q.answered(batch, r)
 		q.finish(readMaxBatch)
 	}
-	return nil
+	return r.unsynced
 }
 
 // sendReadBatch sends a batch that queued behind a leader, on a context of
@@ -120,14 +136,82 @@ func (s *streamBus) sendReadBatch(batch []*readReq) {
 // sendReads sends the commands of batch in one pipeline; each command
 // carries its own reply or error. Then it marks each request done.
 func (s *streamBus) sendReads(ctx context.Context, batch []*readReq) {
-	p := s.b.client.Pipeline()
-	for _, r := range batch {
-		for _, c := range r.cmds {
-			_ = p.Process(ctx, c)
+	if s.b.opts.PublishSyncReplicas > 0 {
+		s.sendReadsSynced(ctx, batch)
+	} else {
+		p := s.b.client.Pipeline()
+		for _, r := range batch {
+			for _, c := range r.cmds {
+				_ = p.Process(ctx, c)
+			}
 		}
+		_, _ = p.Exec(ctx)
 	}
-	_, _ = p.Exec(ctx)
 	for _, r := range batch {
 		close(r.done)
 	}
+}
+
+// sendReadsSynced is sendReads with Options.PublishSyncReplicas: the reads
+// of each master (one on a *redis.Client; on a *redis.ClusterClient, split
+// by master as syncedPipeline splits publishes, each part on that master's
+// own client, not following MOVED or ASK) go in one pipeline ending with
+// WAIT, the parts concurrently, and each read of a part whose WAIT failed
+// or counted fewer replicas gets that part's error in unsynced. A read
+// whose master cannot be found gets that error on each of its commands.
+func (s *streamBus) sendReadsSynced(ctx context.Context, batch []*readReq) {
+	type part struct {
+		conn redis.Cmdable
+		addr string
+		reqs []*readReq
+	}
+	var parts []*part
+	if cc, ok := s.b.client.(*redis.ClusterClient); ok {
+		byAddr := map[string]*part{}
+		for _, r := range batch {
+			node, err := cc.MasterForKey(ctx, r.key)
+			if err != nil {
+				for _, c := range r.cmds {
+					c.SetErr(err)
+				}
+				continue
+			}
+			addr := node.Options().Addr
+			if byAddr[addr] == nil {
+				byAddr[addr] = &part{conn: node, addr: addr}
+				parts = append(parts, byAddr[addr])
+			}
+			byAddr[addr].reqs = append(byAddr[addr].reqs, r)
+		}
+	} else {
+		// New allows PublishSyncReplicas only on a *redis.Client or a
+		// *redis.ClusterClient.
+		c := s.b.client.(*redis.Client)
+		parts = []*part{{conn: c, addr: c.Options().Addr, reqs: batch}}
+	}
+	send := func(p *part) {
+		pipe := p.conn.Pipeline()
+		for _, r := range p.reqs {
+			for _, c := range r.cmds {
+				_ = pipe.Process(ctx, c)
+			}
+		}
+		wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx)
+		if err := s.notReplicated(&syncPart{addr: p.addr, wait: wait}); err != nil {
+			for _, r := range p.reqs {
+				r.unsynced = fmt.Errorf("redisstreams: read of %q: %w", r.key, err)
+			}
+		}
+	}
+	if len(parts) == 1 {
+		send(parts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() { send(p) })
+	}
+	wg.Wait()
 }

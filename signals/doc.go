@@ -94,13 +94,13 @@
 //     once: TestSentinelLostWritesUnderLoad stalls replication for a
 //     second under the same load, then kills the master; with both at 1
 //     (its one replica), 0 accepted signals were lost and none ran twice
-//     unflagged in 5 runs, where without them 11-15 were lost and 6-12 ran
-//     twice unflagged. What they do not cover: the read that gives a
-//     signal to a run is not waited for, so a signal a run was given while
-//     replication stalled can be given again after such a failover without
-//     the Redelivered mark (TestSentinelLostReadRunsAgain). The cost:
-//     while fewer replicas are connected than they ask, every Send,
-//     acquire and renewal fails (there, for the 10-11s until the sentinel
+//     unflagged in 7 runs (both asserted), where without them 11-15 were
+//     lost and 6-12 ran twice unflagged. The read that gives a signal to a run waits for
+//     the replicas too: a signal a run was given is given again after such
+//     a failover only marked Redelivered (TestSentinelLostReadRunsAgain;
+//     before that wait, it came again unmarked). The cost: while fewer
+//     replicas are connected than they ask, every Send, acquire, renewal
+//     and inbox read fails (there, for the 10-11s until the sentinel
 //     made the restarted old master a replica; the runtimes then went on by
 //     themselves), and every Send waits for a replica's acknowledgement
 //     (BENCHMARKS.md, "Publish replica sync"). Keep the sentinels'

@@ -23,7 +23,8 @@ import (
 // and one unit of publishes spanning the 3 masters, each part waited for on
 // its own master) has its event on its master's replica when it returns;
 // acquire, RenewLease, RenewLeases over keys on every master and transfer
-// win, each lease on its master's replica. With one master's replica
+// win, each lease on its master's replica; a group subscription on each
+// master gets its events (reads waited for per master). With one master's replica
 // paused, that master's publishes fail with ErrNotReplicated and its
 // lease's renewal fails, while the other masters' go on: each master's
 // WAIT counts its own replicas.
@@ -133,6 +134,29 @@ func TestSyncClusterWithReplicas(t *testing.T) {
 	for _, m := range masters {
 		if !eventOnReplica(m, b.keys.Stream(topicOf[m]), "spanning-"+m) {
 			t.Errorf("the unit's event for master %s is not on its replica", m)
+		}
+	}
+
+	// Group reads on every master (each read's pipeline ends with WAIT on
+	// its master): each subscription gets its topic's events.
+	got := make(chan string, 64)
+	for _, m := range masters {
+		sub, err := b.Subscribe(ctx, topicOf[m], func(_ context.Context, ev pubsub.Event) error {
+			if ev.ID == "spanning-"+m {
+				got <- m
+			}
+			return nil
+		}, pubsub.Group("reader"), pubsub.StartFrom(pubsub.Earliest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+	}
+	for range masters {
+		select {
+		case <-got:
+		case <-time.After(15 * time.Second):
+			t.Fatal("a group subscription on a Cluster with PublishSyncReplicas got no event within 15s")
 		}
 	}
 

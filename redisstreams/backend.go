@@ -184,8 +184,11 @@ type Options struct {
 	// later read's WAIT covers it (the read counts as one whose reply was
 	// lost), so a failover cannot make a handed-on event look undelivered
 	// and give it again as a first delivery (DeliveryAttempt 1):
-	// TestPublishSyncReadWaits. Claims of others' entries are not waited
-	// for: what they deliver has DeliveryAttempt 2 or more either way.
+	// TestPublishSyncReadWaits. Claims of others' entries (ClaimPending,
+	// the takeover of a stale member's) are not waited for: an entry a read
+	// delivered unacknowledged, then claimed by another member during the
+	// same stall, can come again with DeliveryAttempt 1 after a failover
+	// (found by review revX, not fixed).
 	// It protects accepted events across a failover: a replica promoted
 	// after the master died (or after a spurious second failover deposed a
 	// master that had taken writes) holds every event a caller was told was

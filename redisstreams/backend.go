@@ -184,11 +184,19 @@ type Options struct {
 	// later read's WAIT covers it (the read counts as one whose reply was
 	// lost), so a failover cannot make a handed-on event look undelivered
 	// and give it again as a first delivery (DeliveryAttempt 1):
-	// TestPublishSyncReadWaits. Claims of others' entries (ClaimPending,
-	// the takeover of a stale member's) are not waited for: an entry a read
-	// delivered unacknowledged, then claimed by another member during the
-	// same stall, can come again with DeliveryAttempt 1 after a failover
-	// (found by review revX, not fixed).
+	// TestPublishSyncReadWaits. A claim of another member's entries
+	// (ClaimPending, the takeover of a stale or silent member's) ends with
+	// the same WAIT, and what a claim the replicas did not acknowledge took
+	// is not handed on either: it stays pending on the claimer, claimed
+	// again by the ClaimPending pass's retry, or as stale after AckDeadline
+	// (its DeliveryAttempt then counts the unacknowledged claim too). So an
+	// entry an unacknowledged read delivered and another member claimed in
+	// the same stall does not come again as a first delivery after a
+	// failover (TestPublishSyncClaimWaits,
+	// TestPublishSyncClaimOfUnsyncedRead). The claims that only count a
+	// redelivery of an entry this member already has (a nacked entry's
+	// retry) are not waited for: a failover can undo that count, never the
+	// first delivery's.
 	// It protects accepted events across a failover: a replica promoted
 	// after the master died (or after a spurious second failover deposed a
 	// master that had taken writes) holds every event a caller was told was

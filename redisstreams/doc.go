@@ -29,8 +29,10 @@
 // once WAIT, sent in the same pipeline as the writes, counted that many
 // replicas, and otherwise an error wrapping [ErrNotReplicated] (the event is
 // on the master and may be delivered or lost; a retry may deliver it
-// twice); a group subscription's reads wait for the replicas too, so that
-// a failover cannot make a delivered event look new (TestPublishSyncReadWaits).
+// twice); a group subscription's reads and claims wait for the replicas
+// too, so that a failover cannot make a delivered event look new
+// (TestPublishSyncReadWaits, TestPublishSyncClaimWaits,
+// TestPublishSyncClaimOfUnsyncedRead).
 // While fewer replicas are connected than it asks, every publish and group
 // read fails (TestPublishSyncReachesReplica: every accepted event was already on
 // the replica when the call returned; TestPublishSyncReplicaStopped;

@@ -1134,10 +1134,19 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	msgs, err := g.s.b.client.XClaim(ctx, &redis.XClaimArgs{
+	msgs, err := g.s.xclaim(ctx, &redis.XClaimArgs{
 		Stream: g.key, Group: g.group, Consumer: g.consumer,
 		MinIdle: minIdle, Messages: ids,
-	}).Result()
+	})
+	if errors.Is(err, ErrNotReplicated) {
+		// Claimed on the master, but the replicas did not acknowledge
+		// it: a failover could undo the claim (and the unacknowledged
+		// read that first delivered an entry with it), so hand nothing
+		// on. The entries stay pending here; the claim pass retries
+		// (claimPending), or they are taken as stale after AckDeadline
+		// (reclaim), by this member or another, at a higher count.
+		return 0, err
+	}
 	if err != nil {
 		return 0, err
 	}

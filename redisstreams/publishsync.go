@@ -119,3 +119,47 @@ func (s *streamBus) syncParts(ctx context.Context, batch []*pubReq) []*syncPart 
 	}
 	return parts
 }
+
+// xclaim runs XCLAIM a. With Options.PublishSyncReplicas it goes, followed
+// by WAIT, in one pipeline on the master of a.Stream (on a
+// *redis.ClusterClient that master's own client, not following MOVED or
+// ASK), and when the WAIT failed or counted fewer replicas the entries it
+// returns come with an error wrapping ErrNotReplicated: they were claimed
+// on the master, but a failover could undo the claim, and with it the
+// delivery count an earlier read or claim that was never acknowledged
+// raised (the entry would come again as a first delivery), so the caller
+// must not hand them on. The WAIT also covers every earlier write on that
+// master (replication is in order), so a later claim whose WAIT succeeds
+// makes such a read's delivery durable too.
+func (s *streamBus) xclaim(ctx context.Context, a *redis.XClaimArgs) ([]redis.XMessage, error) {
+	if s.b.opts.PublishSyncReplicas <= 0 {
+		return s.b.client.XClaim(ctx, a).Result()
+	}
+	var conn redis.Cmdable
+	var addr string
+	if cc, ok := s.b.client.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, a.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("redisstreams: xclaim %q: finding its master: %w", a.Stream, err)
+		}
+		conn, addr = node, node.Options().Addr
+	} else {
+		// New allows PublishSyncReplicas only on a *redis.Client or a
+		// *redis.ClusterClient.
+		c := s.b.client.(*redis.Client)
+		conn, addr = c, c.Options().Addr
+	}
+	pipe := conn.Pipeline()
+	claim := pipe.XClaim(ctx, a)
+	wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	msgs, err := claim.Result()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.notReplicated(&syncPart{addr: addr, wait: wait}); err != nil {
+		return msgs, fmt.Errorf("redisstreams: claim on %q: %w", a.Stream, err)
+	}
+	return msgs, nil
+}

@@ -98,8 +98,9 @@
 //     lost and 6-12 ran twice unflagged. The read that gives a signal to a run waits for
 //     the replicas too: a signal a run was given is given again after such
 //     a failover only marked Redelivered (TestSentinelLostReadRunsAgain;
-//     before that wait, it came again unmarked), unless a new tenure took
-//     it over with a claim in the same stall (claims are not waited for).
+//     before that wait, it came again unmarked); so do the claims with
+//     which a new tenure takes an inbox's pending signals over
+//     (TestPublishSyncClaimOfUnsyncedRead in redisstreams).
 //     The cost: while fewer
 //     replicas are connected than they ask, every Send, acquire, renewal
 //     and inbox read fails (there, for the 10-11s until the sentinel

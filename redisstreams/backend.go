@@ -187,9 +187,10 @@ type Options struct {
 	// TestPublishSyncReadWaits. A claim of another member's entries
 	// (ClaimPending, the takeover of a stale or silent member's) ends with
 	// the same WAIT, and what a claim the replicas did not acknowledge took
-	// is not handed on either: it stays pending on the claimer, claimed
-	// again by the ClaimPending pass's retry, or as stale after AckDeadline
-	// (its DeliveryAttempt then counts the unacknowledged claim too). So an
+	// is not handed on either: the ClaimPending pass claims it again (it
+	// retries), a stale pass hands it back to the group for the next pass
+	// to claim again (its DeliveryAttempt then counts the unacknowledged
+	// claim too). So an
 	// entry an unacknowledged read delivered and another member claimed in
 	// the same stall does not come again as a first delivery after a
 	// failover (TestPublishSyncClaimWaits,

@@ -101,21 +101,23 @@ func pendingOn(t *testing.T, c *redis.Client, key, group, id, not string, count 
 // paused (a raw XREADGROUP of consumer "dead", which never reads again:
 // its read is on the master only) and another member claims it, at its
 // start (ClaimPending) or as the entry of a silent member past its
-// AckDeadline (the reclaim pass). While the replica is paused, no handler
+// AckDeadline (the reclaim pass, of a plain and of an on-demand
+// subscription, kicked once). While the replica is paused, no handler
 // gets e1: a failover then would leave the promoted master with e1 never
 // delivered, and a claim handed on would run again as a first delivery
 // (TestPublishSyncClaimOfUnsyncedRead). Once the replica resumes, e1 is
-// handed on, once, as a redelivery (the dead member's read counts).
+// handed on, once, as a redelivery (the dead member's read counts). The
+// on-demand subscription found it only because the stale pass hands back
+// what an unacknowledged claim took and keeps looking (handBackUnsynced):
+// without that, the entry was its own, which no later pass looked at, and
+// e1 was not handed on within 15s of the resume.
 func TestPublishSyncClaimWaits(t *testing.T) {
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
 	master := st.Master().Client(t)
-	for _, claimPending := range []bool{true, false} {
-		name := "reclaim"
-		if claimPending {
-			name = "ClaimPending"
-		}
+	for _, name := range []string{"ClaimPending", "reclaim", "reclaim-on-demand"} {
+		claimPending, onDemand := name == "ClaimPending", name == "reclaim-on-demand"
 		t.Run(name, func(t *testing.T) {
 			topic := "claimwait-" + name
 			key := b.keys.Stream(topic)
@@ -145,9 +147,17 @@ func TestPublishSyncClaimWaits(t *testing.T) {
 			if claimPending {
 				opts = append(opts, pubsub.ClaimPending())
 			}
+			if onDemand {
+				opts = append(opts, pubsub.ReadOnDemand())
+			}
 			sub, err := b.Subscribe(ctx, topic, log.handler("B", "e1"), opts...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if onDemand {
+				// Told once that there is work: it looks until it finds
+				// the dead member's entry.
+				sub.(pubsub.Kicker).Kick()
 			}
 			defer func() { _ = sub.Unsubscribe(ctx) }()
 			// The claim ran on the master (count 2), unacknowledged.

@@ -1142,9 +1142,12 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		// Claimed on the master, but the replicas did not acknowledge
 		// it: a failover could undo the claim (and the unacknowledged
 		// read that first delivered an entry with it), so hand nothing
-		// on. The entries stay pending here; the claim pass retries
-		// (claimPending), or they are taken as stale after AckDeadline
-		// (reclaim), by this member or another, at a higher count.
+		// on. The entries stay pending here: claimPending (minIdle 0)
+		// retries them; a stale pass hands them back to the group, to be
+		// claimed again by its next pass or another member's.
+		if minIdle > 0 {
+			g.handBackUnsynced(ctx, msgs, counts)
+		}
 		return 0, err
 	}
 	if err != nil {
@@ -1189,6 +1192,27 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 	}
 	return used, nil
+}
+
+// handBackUnsynced hands back to the group the entries msgs of a claim
+// (at a minimum idle time) the replicas did not acknowledge, with the
+// count that claim set (counts holds XPENDING's), and idle for a year, so
+// that the next stale pass, this member's or another's, claims them again
+// (and its WAIT covers this claim too). A ReadOnDemand subscription notes
+// itself kicked, so that its next pass runs: they are its own entries now,
+// which no other member's hold keeps it looking for. Should the hand-back
+// fail, they are stale after AckDeadline all the same.
+func (g *groupSub) handBackUnsynced(ctx context.Context, msgs []redis.XMessage, counts map[string]int64) {
+	args := []any{g.group, g.consumer, handBackIdle}
+	for _, m := range msgs {
+		if m.Values != nil {
+			args = append(args, m.ID, counts[m.ID]+1)
+		}
+	}
+	g.kicked.Store(true)
+	if len(args) > 3 {
+		_ = handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err()
+	}
 }
 
 // nextStreamID returns the smallest entry id above id.

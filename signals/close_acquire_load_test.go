@@ -23,7 +23,7 @@ import (
 // never ends, after it registered the session in rt.wg, which Close waits
 // for, so the acquire was bounded only by go-redis's timeouts and retries;
 // and the tenure's inbox Subscribe set its group up on context.Background
-// (about 3s more, go-redis's ReadTimeout). Both now end when Close gives up
+// (go-redis's ReadTimeout more, 5s by default in v9.23). Both now end when Close gives up
 // (hardCtx; redisstreams' Subscribe setup returns when its ctx ends): 2.0s.
 func TestCloseOnStalledServerUnderAcquireLoad(t *testing.T) {
 	closeUnderStallLoad(t, "rca", func(n int64) string { return fmt.Sprint("f", n) }, // a thread nobody holds

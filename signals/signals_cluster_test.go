@@ -71,7 +71,7 @@ func TestSendsOnCluster(t *testing.T) {
 // Until the cluster itself declares the master failed (its node timeout,
 // 5s here; it then answers CLUSTERDOWN for every slot), each Send to a
 // healthy thread must return and its signal run well within the client's
-// 3s ReadTimeout: the runtime's lease scripts, publishes and inbox reads
+// ReadTimeout (5s, go-redis v9.23's default): the runtime's lease scripts, publishes and inbox reads
 // for the healthy masters are batched apart from those for the paused one
 // (redisstreams lanes): 1,104 Sends in the 3s, the slowest 7ms, each
 // signal run within 8ms. Before that, a healthy call batched with a call

@@ -338,6 +338,7 @@ type Backend struct {
 	bus streamBus // pubsub.go
 
 	leaseQ lanes[*leaseCall] // lease.go: coalesces concurrent lease scripts
+	slots  slotMap           // slotmap.go: the first calls on a Cluster client wait for its map of slots
 	// late counts the sends that go on after their call returned at its
 	// ctx's end (awaitSend): Shutdown waits for them.
 	late  lateGroup

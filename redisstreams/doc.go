@@ -251,9 +251,15 @@
 // 8ms). A call whose keys are on several masters (a PublishBatch across
 // topics) waits for each of them. The Backend keeps one set of batches per
 // master address its client has sent to, for its life, at most 64; calls
-// for masters beyond those share one, as do the calls a Cluster client
-// makes before it has loaded its map of slots (its first calls). On a
-// Ring, batches still span shards.
+// for masters beyond those share one. The first calls of a Backend on a
+// Cluster client wait (each until its ctx ends at most) for one load of the
+// client's map of slots, so that they too go in their masters' batches
+// (TestFreshClusterClientQueuedFailFast: with one master of three stopped,
+// 3 lanes, the healthy calls done within 1.1s, 598-599 of 600 calls for the
+// stopped master failed fast as not sent; before, the first calls shared
+// one set of batches, and the healthy ones waited 4.2-9.4s); only when no
+// node answers that load do calls share one set of batches, until go-redis
+// has a map. On a Ring, batches still span shards.
 //
 // go-redis retries a command that timed out or lost its connection
 // (MaxRetries). Group reads are the exception: a read that runs after its

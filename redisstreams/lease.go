@@ -152,6 +152,10 @@ func (b *Backend) runLease(ctx context.Context, c *leaseCall) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return notSentCmd(ctx, err) // nothing sent, as go-redis would send nothing
 	}
+	b.awaitSlotMap(ctx)
+	if err := ctx.Err(); err != nil {
+		return notSentCmd(ctx, err)
+	}
 	q := b.leaseQ.lane(b.laneOf(c.key))
 	c.lane = q
 	if q.join(c, leaseMaxActive) {

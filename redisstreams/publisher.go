@@ -102,6 +102,10 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 		return err
 	}
 	s.start()
+	s.b.awaitSlotMap(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	q, bs := s.pubQ.lane(s.b.laneOfReq(r)), s.b.opts.BatchSize
 	r.lane = q
 	if q.join(r, pubMaxActive) {

@@ -102,6 +102,10 @@ func (r *readReq) turn() *turn[*readReq] { return &r.t }
 // treats it as a read whose reply was lost (recoverLost finds its entries
 // with a later read, whose WAIT covers this one's delivery too).
 func (s *streamBus) runReads(ctx context.Context, key string, cmds []redis.Cmder) error {
+	s.b.awaitSlotMap(ctx)
+	if err := ctx.Err(); err != nil {
+		return err // never sent
+	}
 	r := &readReq{key: key, cmds: cmds, done: make(chan struct{})}
 	q := s.readQ.lane(s.b.laneOf(key))
 	if q.join(r, readMaxActive) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,6 +312,93 @@ func TestLeaseSyncRenewals(t *testing.T) {
 		}
 		if time.Since(start) > redistest.ReadyTimeout {
 			t.Fatalf("RenewLease after the replica resumed = %v, %v; want true", ok, err)
+		}
+	}
+}
+
+// TestTransferRetryCoveredByWait (review revW's finding 4): a transfer that
+// go-redis sends again after losing its reply finds the transfer done and
+// reports it (transfer.lua's retry branch), on a new connection. With
+// LeaseSyncReplicas the WAIT after it must cover the transfer it repeats:
+// the retry writes (the state record's nonce, unchanged), so that the
+// connection's last write is after that transfer. Here the replica is
+// paused before the transfer, so it never got it: WAIT after the retry
+// must count 0 replicas, not 1. WAIT's documented contract covers "the
+// write commands sent in the context of the current connection"; the
+// 7.0.15 here answers 0 even when the retry writes nothing (also before
+// the retry wrote), so what fails here without the write is the direct
+// check: the retry moves the master's replication offset.
+func TestTransferRetryCoveredByWait(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{})
+	ctx := t.Context()
+	if _, err := b.AcquireLease(ctx, "k", "A", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	m := st.Master().Client(t)
+	awaitSyncedClient(t, m)
+	keys := []string{b.keys.Lease("k"), b.keys.Fence("k"), b.keys.LeaseState("k"), b.keys.LeaseRevoked("k")}
+	args := []any{"A", "B", 10000, b.statusWindowMillis(), b.fenceIdleMillis(), "nonce1"}
+	replica := replicaOf(t, st)
+	replica.Pause(t)
+	defer replica.Resume(t)
+	first := m.Conn()
+	defer first.Close()
+	tok, err := first.Eval(ctx, transferLua, keys, args...).Int64()
+	if err != nil || tok <= 0 {
+		t.Fatalf("transfer: %d, %v", tok, err)
+	}
+	retry := m.Conn() // a new connection, as go-redis's retry takes
+	defer retry.Close()
+	before := replOffset(t, m)
+	again, err := retry.Eval(ctx, transferLua, keys, args...).Int64()
+	if err != nil || again != tok {
+		t.Fatalf("the retried transfer: %d, %v (want %d)", again, err, tok)
+	}
+	if after := replOffset(t, m); after <= before {
+		t.Errorf("the retried transfer propagated nothing (master_repl_offset %d, then %d): a WAIT on its connection need not cover the transfer it repeats", before, after)
+	}
+	n, err := retry.Do(ctx, "WAIT", 1, 300).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("WAIT after the retried transfer counted %d replicas; the paused replica never got the transfer: the retry's WAIT does not cover it", n)
+	}
+}
+
+// replOffset returns the master_repl_offset of c's server.
+func replOffset(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no master_repl_offset in %q", info)
+	return 0
+}
+
+// awaitSyncedClient waits until a WAIT on c's server counts one replica.
+func awaitSyncedClient(t *testing.T, c *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(redistest.ReadyTimeout)
+	for {
+		if err := c.Set(t.Context(), "sync-probe", "1", 0).Err(); err == nil {
+			if n, err := c.Do(t.Context(), "WAIT", 1, 200).Int64(); err == nil && n >= 1 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica acknowledged a write")
 		}
 	}
 }

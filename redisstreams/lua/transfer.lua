@@ -26,6 +26,11 @@ end
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then
   if cur == ARGV[2] and redis.call('HGET', KEYS[3], 'p') == ARGV[1] and redis.call('HGET', KEYS[3], 'pn') == ARGV[6] then
+    -- A write (of the value it has) so that the retry propagates: a WAIT
+    -- after it (LeaseSyncReplicas) then covers the transfer it repeats,
+    -- also where a connection's WAIT counts from that connection's last
+    -- write (the retry comes on a new connection), as Redis 7.2+ does.
+    redis.call('HSET', KEYS[3], 'pn', ARGV[6])
     return tonumber(redis.call('HGET', KEYS[3], 't')) or 0
   end
   return 0

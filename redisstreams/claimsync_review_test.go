@@ -1,0 +1,218 @@
+package redisstreams
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Review revY tests (adversarial review of the claim's WAIT).
+
+// TestReviewUnsyncedClaimsInflateCount: every claim the replicas did not
+// acknowledge raises the delivery count on the master, and neither path
+// puts it back: the ClaimPending pass retries (each retry claims again, +1;
+// about one every 0.2-2.2s), the stale pass hands back with the claim's
+// count kept (+1 per reclaim interval). A stall of a few seconds thus
+// pushes an entry that was delivered once and never run by any handler
+// past MaxDeliveries(3): when replicas acknowledge again it is
+// dead-lettered ("delivered N times without an ack") without a handler
+// ever running it. Reads do not do this (recoverLost keeps the count:
+// "not counted as a redelivery, nor as an extra attempt towards
+// MaxDeliveries").
+func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	master := st.Master().Client(t)
+	for _, name := range []string{"ClaimPending", "reclaim"} {
+		claimPending := name == "ClaimPending"
+		t.Run(name, func(t *testing.T) {
+			topic := "review-inflate-" + name
+			key := b.keys.Stream(topic)
+			awaitSynced(t, b, topic)
+			if err := master.XGroupCreate(ctx, key, "g", "$").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			// The dead member's read is replicated: the entry was
+			// delivered once, and no handler ever runs it before the
+			// stall.
+			read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
+			if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+				t.Fatalf("the dead member's read: %v, %v", read, err)
+			}
+			id := read[0].Messages[0].ID
+			replica := replicaOf(t, st)
+			awaitSynced(t, b, topic+"-sync") // the read is on the replica
+			replica.Pause(t)
+			resumed := false
+			defer func() {
+				if !resumed {
+					replica.Resume(t)
+				}
+			}()
+			const ackDeadline = time.Second
+			log := newDeliveryLog()
+			dead := newDeliveryLog()
+			dsub, err := b.Subscribe(ctx, pubsub.DeadLetterTopic(topic), dead.handler("dlq", "e1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = dsub.Unsubscribe(ctx) }()
+			opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.AckDeadline(ackDeadline), pubsub.MaxDeliveries(3)}
+			if claimPending {
+				opts = append(opts, pubsub.ClaimPending())
+			}
+			sub, err := b.Subscribe(ctx, topic, log.handler("B", "e1"), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe(ctx) }()
+			// A stall of 5s (the sentinel would not even fail over).
+			time.Sleep(5 * time.Second)
+			pend, _ := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+			t.Logf("before the resume: XPENDING %+v", pend)
+			replica.Resume(t)
+			resumed = true
+			got := log.await(1, 10*time.Second)
+			if len(got) == 0 {
+				t.Errorf("e1 (delivered once, to a member that died, and never run) was not handed to a handler within 10s of the resume; dead letters: %d, XPENDING before the resume: %+v", len(dead.await(1, time.Second)), pend)
+			} else if got[0].attempt != 2 {
+				t.Errorf("e1 handed on as attempt %d, want 2 (one delivery before, to the dead member)", got[0].attempt)
+			}
+		})
+	}
+}
+
+// TestReviewHandBackUnsyncedRunsTwice: handBackUnsynced leaves the entry
+// pending on the claimer idle for a year. When the claimer's reads were
+// unacknowledged too (suspect, and the entry above lostFrom), its read
+// loop takes that entry as one a lost read delivered (recoverLost) as soon
+// as a read's WAIT succeeds, without resetting its idle time, and runs it;
+// meanwhile any other member's stale pass (idle >= AckDeadline) claims it
+// at once and runs it too: one entry on two handlers at once, well within
+// the first one's AckDeadline.
+func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	master := st.Master().Client(t)
+	const topic = "review-handback-twice"
+	key := b.keys.Stream(topic)
+	awaitSynced(t, b, topic)
+	if err := master.XGroupCreate(ctx, key, "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	replica := replicaOf(t, st)
+	replica.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume(t)
+		}
+	}()
+	read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+		t.Fatalf("the dead member's read: %v, %v", read, err)
+	}
+	id := read[0].Messages[0].ID
+	const ackDeadline = 6 * time.Second // a reclaim pass every 3s
+	release := make(chan struct{})
+	defer close(release)
+	type run struct {
+		who     string
+		attempt int
+		start   time.Time
+		end     time.Time
+	}
+	var (
+		mu   sync.Mutex
+		runs []*run
+	)
+	started := make(chan struct{}, 8)
+	handler := func(who string) pubsub.Handler {
+		return func(ctx context.Context, ev pubsub.Event) error {
+			if ev.ID != "e1" {
+				return nil
+			}
+			r := &run{who: who, attempt: ev.DeliveryAttempt, start: time.Now()}
+			mu.Lock()
+			runs = append(runs, r)
+			mu.Unlock()
+			started <- struct{}{}
+			select { // a handler that takes a while (well within AckDeadline)
+			case <-release:
+			case <-time.After(ackDeadline * 9 / 10):
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			r.end = time.Now()
+			mu.Unlock()
+			return nil
+		}
+	}
+	subB, err := b.Subscribe(ctx, topic, handler("B"), pubsub.Group("g"), pubsub.AckDeadline(ackDeadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = subB.Unsubscribe(context.Background()) }()
+	// B reads e2 during the stall: its read is unacknowledged, so B is
+	// suspect from the start (lostFrom ""): e1, once on B, counts as a
+	// lost read's entry.
+	time.Sleep(200 * time.Millisecond)
+	_ = b.Publish(ctx, topic, pubsub.Event{ID: "e2", Type: "t"}) // ErrNotReplicated: on the master
+	// B's stale pass claims e1 from "dead" (silent for AckDeadline), the
+	// WAIT fails, handBackUnsynced leaves it on B idle a year.
+	deadline := time.Now().Add(ackDeadline + 8*time.Second)
+	for {
+		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" && pend[0].Idle > time.Hour {
+			t.Logf("handed back: %+v", pend[0])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e1 not handed back on B within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	replica.Resume(t)
+	resumed = true
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e1 not run within 10s of the resume")
+	}
+	pend, _ := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+	t.Logf("while %s runs e1: XPENDING %+v", runs[0].who, pend)
+	// Another member joins; within AckDeadline of the first run's start
+	// it must not run e1.
+	subC, err := b.Subscribe(ctx, topic, handler("C"), pubsub.Group("g"), pubsub.AckDeadline(ackDeadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = subC.Unsubscribe(context.Background()) }()
+	select {
+	case <-started:
+	case <-time.After(ackDeadline * 8 / 10):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) > 1 {
+		first, second := runs[0], runs[1]
+		overlap := first.end.IsZero() || second.start.Before(first.end)
+		t.Errorf("e1 ran twice: %s (attempt %d) from %v, then %s (attempt %d) %v after the first started (first still running: %v; AckDeadline %v)",
+			first.who, first.attempt, first.start.Format("15:04:05.000"), second.who, second.attempt, second.start.Sub(first.start), overlap, ackDeadline)
+	}
+}

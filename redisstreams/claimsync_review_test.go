@@ -216,3 +216,96 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 			first.who, first.attempt, first.start.Format("15:04:05.000"), second.who, second.attempt, second.start.Sub(first.start), overlap, ackDeadline)
 	}
 }
+
+// TestReviewHandBackOnDemandBusyStuck: handBackUnsynced notes an on-demand
+// subscription kicked for one pass only (an on-demand ClaimPending
+// subscription, as the signals runtime's inbox, whose tokens are its
+// Concurrency). When that pass finds no free
+// token (its one handler is running something else: in the signals
+// runtime, a run), reclaim returns at once and, the entry being its own
+// now, othersHold is false, so nothing notes it kicked again: the entry
+// stays pending on it, idle a year, and no later pass looks at it until
+// the next Kick (in the signals runtime, the next signal to that inbox).
+// Before the hand-back existed, the entry stayed on the dead member, and
+// othersHold kept the subscription looking.
+func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	master := st.Master().Client(t)
+	const topic = "review-handback-ondemand-busy"
+	key := b.keys.Stream(topic)
+	awaitSynced(t, b, topic)
+	if err := master.XGroupCreate(ctx, key, "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const ackDeadline = time.Second
+	log := newDeliveryLog()
+	busy := make(chan struct{})
+	h := func(ctx context.Context, ev pubsub.Event) error {
+		if ev.ID == "e3" {
+			select { // a long run of something else
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+			}
+			close(busy)
+			return nil
+		}
+		return log.handler("B", "e1")(ctx, ev)
+	}
+	// As the signals runtime's inbox subscription: ClaimPending (so its
+	// tokens are its Concurrency, 1), ReadOnDemand. It starts before the
+	// stall, with nothing pending.
+	sub, err := b.Subscribe(ctx, topic, h, pubsub.Group("g"), pubsub.AckDeadline(ackDeadline), pubsub.ReadOnDemand(), pubsub.Concurrency(1), pubsub.ClaimPending())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	time.Sleep(100 * time.Millisecond) // its first read: nothing
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	replica := replicaOf(t, st)
+	replica.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			replica.Resume(t)
+		}
+	}()
+	read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
+		t.Fatalf("the dead member's read: %v, %v", read, err)
+	}
+	id := read[0].Messages[0].ID
+	sub.(pubsub.Kicker).Kick()
+	deadline := time.Now().Add(ackDeadline + 8*time.Second)
+	for {
+		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" && pend[0].Idle > time.Hour {
+			t.Logf("handed back: %+v", pend[0])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e1 not handed back within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	replica.Resume(t)
+	resumed = true
+	// The stall is over. Something new arrives and is run (2s, several
+	// reclaim intervals); the pass after the hand-back finds no token.
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e3", Type: "t"}); err != nil {
+		t.Logf("publish e3: %v", err)
+	}
+	sub.(pubsub.Kicker).Kick()
+	select {
+	case <-busy:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e3 not run")
+	}
+	if got := log.await(1, 5*time.Second); len(got) == 0 {
+		pend, _ := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+		t.Errorf("e1 not handed on within 7s of the stall's end (no further Kick): XPENDING %+v", pend)
+	}
+}

@@ -187,10 +187,10 @@ type Options struct {
 	// TestPublishSyncReadWaits. A claim of another member's entries
 	// (ClaimPending, the takeover of a stale or silent member's) ends with
 	// the same WAIT, and what a claim the replicas did not acknowledge took
-	// is not handed on either: the ClaimPending pass claims it again (it
-	// retries), a stale pass hands it back to the group for the next pass
-	// to claim again (its DeliveryAttempt then counts the unacknowledged
-	// claim too). So an
+	// is not handed on either: the claim is undone (the entries go back to
+	// their earlier consumer, idle time and delivery count), and the
+	// ClaimPending pass retries, a stale pass tries again at its next
+	// interval. So an
 	// entry an unacknowledged read delivered and another member claimed in
 	// the same stall does not come again as a first delivery after a
 	// failover (TestPublishSyncClaimWaits,

@@ -15,9 +15,11 @@ import (
 
 // Review revY tests (adversarial review of the claim's WAIT).
 
-// TestReviewUnsyncedClaimsInflateCount: every claim the replicas did not
-// acknowledge raises the delivery count on the master, and neither path
-// puts it back: the ClaimPending pass retries (each retry claims again, +1;
+// TestReviewUnsyncedClaimsInflateCount (review revY; passes since
+// undoClaim puts the count back, failed without it: dead-lettered, count
+// 5 before the resume): every claim the replicas did not
+// acknowledge raised the delivery count on the master, and neither path
+// put it back: the ClaimPending pass retries (each retry claims again, +1;
 // about one every 0.2-2.2s), the stale pass hands back with the claim's
 // count kept (+1 per reclaim interval). A stall of a few seconds thus
 // pushes an entry that was delivered once and never run by any handler
@@ -93,7 +95,10 @@ func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
 	}
 }
 
-// TestReviewHandBackUnsyncedRunsTwice: handBackUnsynced leaves the entry
+// TestReviewHandBackUnsyncedRunsTwice (review revY, found against the
+// first version of the claim's wait, handBackUnsynced, since replaced by
+// undoClaim; the test now waits for the claim to be put back on "dead"
+// where it waited for the hand-back): handBackUnsynced left the entry
 // pending on the claimer idle for a year. When the claimer's reads were
 // unacknowledged too (suspect, and the entry above lostFrom), its read
 // loop takes that entry as one a lost read delivered (recoverLost) as soon
@@ -174,16 +179,17 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	_ = b.Publish(ctx, topic, pubsub.Event{ID: "e2", Type: "t"}) // ErrNotReplicated: on the master
 	// B's stale pass claims e1 from "dead" (silent for AckDeadline), the
-	// WAIT fails, handBackUnsynced leaves it on B idle a year.
+	// WAIT fails, and the claim is undone.
 	deadline := time.Now().Add(ackDeadline + 8*time.Second)
 	for {
 		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
-		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" && pend[0].Idle > time.Hour {
-			t.Logf("handed back: %+v", pend[0])
+		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" {
+			t.Logf("claimed, unacknowledged: %+v", pend[0])
+			awaitPutBack(t, master, key, id)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("e1 not handed back on B within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
+			t.Fatalf("e1 not claimed by B within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -217,7 +223,9 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 	}
 }
 
-// TestReviewHandBackOnDemandBusyStuck: handBackUnsynced notes an on-demand
+// TestReviewHandBackOnDemandBusyStuck (review revY, against handBackUnsynced,
+// since replaced by undoClaim; failed with no undo: the claim stayed on
+// the subscription): handBackUnsynced noted an on-demand
 // subscription kicked for one pass only (an on-demand ClaimPending
 // subscription, as the signals runtime's inbox, whose tokens are its
 // Concurrency). When that pass finds no free
@@ -282,12 +290,13 @@ func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
 	deadline := time.Now().Add(ackDeadline + 8*time.Second)
 	for {
 		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
-		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" && pend[0].Idle > time.Hour {
-			t.Logf("handed back: %+v", pend[0])
+		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" {
+			t.Logf("claimed, unacknowledged: %+v", pend[0])
+			awaitPutBack(t, master, key, id)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("e1 not handed back within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
+			t.Fatalf("e1 not claimed within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -307,5 +316,26 @@ func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
 	if got := log.await(1, 5*time.Second); len(got) == 0 {
 		pend, _ := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
 		t.Errorf("e1 not handed on within 7s of the stall's end (no further Kick): XPENDING %+v", pend)
+	}
+}
+
+// awaitPutBack waits until entry id of group g is pending on "dead" again
+// (undoClaim put back the claim the replicas did not acknowledge), with
+// its count 1.
+func awaitPutBack(t *testing.T, c *redis.Client, key, id string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pend, err := c.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
+		if err == nil && len(pend) == 1 && pend[0].Consumer == "dead" {
+			if pend[0].RetryCount != 1 {
+				t.Errorf("put back with count %d, want 1 (as before the claim)", pend[0].RetryCount)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unacknowledged claim of %s was not put back within 5s: %+v, %v", id, pend, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -106,11 +106,12 @@ func pendingOn(t *testing.T, c *redis.Client, key, group, id, not string, count 
 // gets e1: a failover then would leave the promoted master with e1 never
 // delivered, and a claim handed on would run again as a first delivery
 // (TestPublishSyncClaimOfUnsyncedRead). Once the replica resumes, e1 is
-// handed on, once, as a redelivery (the dead member's read counts). The
-// on-demand subscription found it only because the stale pass hands back
-// what an unacknowledged claim took and keeps looking (handBackUnsynced):
-// without that, the entry was its own, which no later pass looked at, and
-// e1 was not handed on within 15s of the resume.
+// handed on, once, as attempt 2 (the dead member's read counts, the
+// unacknowledged claims do not: undoClaim). The on-demand subscription
+// finds it only because the claims are undone, so that the entry stays
+// another member's and the subscription keeps looking: when the first
+// version of this fix left it pending on the claimer, no later pass
+// looked, and e1 was not handed on within 15s of the resume.
 func TestPublishSyncClaimWaits(t *testing.T) {
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
@@ -176,8 +177,8 @@ func TestPublishSyncClaimWaits(t *testing.T) {
 			if len(got) == 0 {
 				t.Fatal("e1 not handed on within 15s of the replica's resume")
 			}
-			if got[0].attempt < 2 {
-				t.Errorf("e1 handed on with DeliveryAttempt %d, want >= 2 (the dead member's read delivered it)", got[0].attempt)
+			if got[0].attempt != 2 {
+				t.Errorf("e1 handed on with DeliveryAttempt %d, want 2 (the dead member's read delivered it; the unacknowledged claims were undone)", got[0].attempt)
 			}
 			if got = log.await(2, 2*ackDeadline); len(got) != 1 {
 				t.Errorf("e1 handed on %d times, want 1: %+v", len(got), got)

@@ -1142,12 +1142,10 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		// Claimed on the master, but the replicas did not acknowledge
 		// it: a failover could undo the claim (and the unacknowledged
 		// read that first delivered an entry with it), so hand nothing
-		// on. The entries stay pending here: claimPending (minIdle 0)
-		// retries them; a stale pass hands them back to the group, to be
-		// claimed again by its next pass or another member's.
-		if minIdle > 0 {
-			g.handBackUnsynced(ctx, msgs, counts)
-		}
+		// on, and put the entries back as they were: claimPending
+		// retries, a stale pass (this member's or another's) claims
+		// them again later.
+		g.undoClaim(ctx, msgs, pend)
 		return 0, err
 	}
 	if err != nil {
@@ -1194,24 +1192,34 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	return used, nil
 }
 
-// handBackUnsynced hands back to the group the entries msgs of a claim
-// (at a minimum idle time) the replicas did not acknowledge, with the
-// count that claim set (counts holds XPENDING's), and idle for a year, so
-// that the next stale pass, this member's or another's, claims them again
-// (and its WAIT covers this claim too). A ReadOnDemand subscription notes
-// itself kicked, so that its next pass runs: they are its own entries now,
-// which no other member's hold keeps it looking for. Should the hand-back
-// fail, they are stale after AckDeadline all the same.
-func (g *groupSub) handBackUnsynced(ctx context.Context, msgs []redis.XMessage, counts map[string]int64) {
-	args := []any{g.group, g.consumer, handBackIdle}
+// undoClaim puts the entries msgs of a claim the replicas did not
+// acknowledge back as pend (XPENDING before the claim) had them: on their
+// earlier consumer, with their earlier idle time and delivery count
+// (undo_claim.lua; only those still pending here). Kept here, they would
+// count as this member's own: a suspect read loop took one as a lost
+// read's entry while any member's stale pass could take it too (two
+// handlers at once: TestReviewHandBackUnsyncedRunsTwice), an on-demand
+// subscription stopped looking for it (no other member held anything:
+// TestReviewHandBackOnDemandBusyStuck), and each unacknowledged claim
+// raised the count of an entry no handler ran, to dead-lettering after a
+// few seconds of stall (TestReviewUnsyncedClaimsInflateCount). Should the
+// undo fail, the entries stay here, taken as stale after AckDeadline.
+func (g *groupSub) undoClaim(ctx context.Context, msgs []redis.XMessage, pend []redis.XPendingExt) {
+	before := make(map[string]redis.XPendingExt, len(pend))
+	for _, p := range pend {
+		before[p.ID] = p
+	}
+	args := []any{g.group, g.consumer}
 	for _, m := range msgs {
-		if m.Values != nil {
-			args = append(args, m.ID, counts[m.ID]+1)
+		if p, ok := before[m.ID]; ok && m.Values != nil {
+			args = append(args, m.ID, p.Consumer, p.Idle.Milliseconds(), p.RetryCount)
 		}
 	}
-	g.kicked.Store(true)
-	if len(args) > 3 {
-		_ = handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err()
+	if len(args) > 2 {
+		if err := undoClaimScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err(); err != nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: putting back entries of a claim the replicas did not acknowledge failed; they are taken over after the ack deadline",
+				"topic", g.topic, "group", g.group, "err", err)
+		}
 	}
 }
 

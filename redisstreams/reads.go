@@ -19,6 +19,9 @@ var (
 	//go:embed lua/hand_back.lua
 	handBackLua    string
 	handBackScript = redis.NewScript(handBackLua)
+	//go:embed lua/undo_claim.lua
+	undoClaimLua    string
+	undoClaimScript = redis.NewScript(undoClaimLua)
 
 	//go:embed lua/read.lua
 	readLua    string

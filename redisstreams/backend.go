@@ -179,6 +179,13 @@ type Options struct {
 	// within PublishSyncTimeout, or the WAIT fails, the publish returns an
 	// error wrapping ErrNotReplicated: the event is stored on the master and
 	// may be delivered, or lost in a failover; a retry may deliver it twice.
+	// A dead letter the replicas did not acknowledge counts as stored on a
+	// *redis.Client (one master: the failed entry's ack reaches the
+	// replicas after it, so a failover that loses the one loses the other,
+	// and the entry is dead-lettered again), rather than being stored once
+	// more by every redelivery while a stall lasts
+	// (TestReviewDeadLetterRepeatsDuringStall); on a Cluster, where the
+	// dead-letter topic may live on another master, it counts as failed.
 	// A group subscription's reads end with the same WAIT, and what a read
 	// the replicas did not acknowledge delivered is not handed on until a
 	// later read's WAIT covers it (the read counts as one whose reply was

@@ -339,3 +339,60 @@ func awaitPutBack(t *testing.T, c *redis.Client, key, id string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestReviewDeadLetterRepeatsDuringStall (review revY; failed before
+// publishDead counted such a dead letter stored on one master: 8 copies):
+// with PublishSyncReplicas, a dead
+// letter published during a replication stall returns ErrNotReplicated
+// although it is stored on the master; Handle then nacks, the entry is
+// redelivered (retryLoop's claim, not waited for), and each redelivery
+// (an attempt above MaxDeliveries) publishes the dead letter again. When
+// the stall ends the dead-letter topic holds one copy per redelivery, each
+// a new entry that a dead-letter subscriber gets as DeliveryAttempt 1.
+func TestReviewDeadLetterRepeatsDuringStall(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	master := st.Master().Client(t)
+	const topic = "review-dead-repeat"
+	awaitSynced(t, b, topic)
+	replica := replicaOf(t, st)
+	var once sync.Once
+	paused := make(chan struct{})
+	h := func(ctx context.Context, ev pubsub.Event) error {
+		if ev.ID == "e1" {
+			once.Do(func() { replica.Pause(t); close(paused) })
+			return context.DeadlineExceeded // fails: dead-lettered (MaxDeliveries 1)
+		}
+		return nil
+	}
+	sub, err := b.Subscribe(ctx, topic, h, pubsub.Group("g"), pubsub.MaxDeliveries(1), pubsub.Concurrency(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e1 not run")
+	}
+	time.Sleep(3 * time.Second)
+	replica.Resume(t)
+	time.Sleep(2 * time.Second)
+	dead, err := master.XRange(ctx, b.keys.Stream(pubsub.DeadLetterTopic(topic)), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range dead {
+		if m.Values["id"] == "e1" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the dead-letter topic holds %d copies of e1, want 1 (each a first delivery to its subscribers)", n)
+	}
+}

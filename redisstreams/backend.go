@@ -225,7 +225,8 @@ type Options struct {
 	// wrapping ErrInvalid otherwise): a WAIT that timed out would read as a
 	// dead connection, and go-redis would send the publishes again. Default
 	// 0: replication stays asynchronous. It needs a *redis.Client
-	// (standalone or Sentinel) or a *redis.ClusterClient.
+	// (standalone or Sentinel) or a *redis.ClusterClient that reads from
+	// masters (not ReadOnly, RouteByLatency or RouteRandomly).
 	PublishSyncReplicas int
 	// PublishSyncTimeout bounds the wait of PublishSyncReplicas (WAIT's
 	// timeout, in whole milliseconds). Default DefaultPublishSyncTimeout;
@@ -456,6 +457,15 @@ func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, er
 		case *redis.Client, *redis.ClusterClient:
 		default:
 			return nil, fmt.Errorf("%w: PublishSyncReplicas %d needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalid, o.PublishSyncReplicas, client)
+		}
+		// Reads routed to replicas (XPENDING, a lost read's XRANGE) could
+		// answer from one that lags behind what the master acknowledged:
+		// an entry missing there would be taken for deleted and acked.
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			if co := cc.Options(); co.ReadOnly || co.RouteByLatency || co.RouteRandomly {
+				return nil, fmt.Errorf("%w: PublishSyncReplicas %d needs a ClusterClient that reads from masters, not one with ReadOnly %v, RouteByLatency %v, RouteRandomly %v",
+					ErrInvalid, o.PublishSyncReplicas, co.ReadOnly, co.RouteByLatency, co.RouteRandomly)
+			}
 		}
 		// A WAIT still waiting at the read deadline reads as a dead
 		// connection, and go-redis sends the whole pipeline again: every

@@ -31,6 +31,8 @@ func TestPublishSyncOptions(t *testing.T) {
 	quick := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { quick.Close() })
 	type wrapped struct{ *redis.Client } // a UniversalClient of the caller's own
+	replicaReads := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, RouteRandomly: true})
+	t.Cleanup(func() { replicaReads.Close() })
 	for _, tc := range []struct {
 		client redis.UniversalClient
 		o      Options
@@ -42,6 +44,8 @@ func TestPublishSyncOptions(t *testing.T) {
 		{c, Options{PublishSyncReplicas: 1, PublishSyncTimeout: time.Microsecond}, []string{"PublishSyncTimeout", "1µs"}},
 		{ring, Options{PublishSyncReplicas: 1}, []string{"PublishSyncReplicas", "*redis.Ring"}},
 		{wrapped{c}, Options{PublishSyncReplicas: 2}, []string{"PublishSyncReplicas", "2", "wrapped"}},
+		// Reads from a lagging replica could take an entry for deleted.
+		{replicaReads, Options{PublishSyncReplicas: 1}, []string{"PublishSyncReplicas", "ReadOnly true", "RouteRandomly true"}},
 		// A WAIT outlasting the read deadline would be retried with its
 		// publishes.
 		{quick, Options{PublishSyncReplicas: 1}, []string{"PublishSyncTimeout", "1s", "ReadTimeout", "500ms"}},

@@ -1203,7 +1203,11 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 // TestReviewHandBackOnDemandBusyStuck), and each unacknowledged claim
 // raised the count of an entry no handler ran, to dead-lettering after a
 // few seconds of stall (TestReviewUnsyncedClaimsInflateCount). Should the
-// undo fail, the entries stay here, taken as stale after AckDeadline.
+// undo fail, the entries stay here, taken as stale after AckDeadline (an
+// on-demand subscription looks for them again only when kicked). The
+// idle time and count put back are XPENDING's: a change between XPENDING
+// and the claim (its holder's own retry raising the count) is undone too,
+// which can make a later attempt number repeat an earlier one.
 func (g *groupSub) undoClaim(ctx context.Context, msgs []redis.XMessage, pend []redis.XPendingExt) {
 	before := make(map[string]redis.XPendingExt, len(pend))
 	for _, p := range pend {

@@ -128,9 +128,9 @@ func (s *streamBus) syncParts(ctx context.Context, batch []*pubReq) []*syncPart 
 // on the master, but a failover could undo the claim, and with it the
 // delivery count an earlier read or claim that was never acknowledged
 // raised (the entry would come again as a first delivery), so the caller
-// must not hand them on. The WAIT also covers every earlier write on that
-// master (replication is in order), so a later claim whose WAIT succeeds
-// makes such a read's delivery durable too.
+// must not hand them on. A WAIT that counts the claim's write also covers
+// every earlier write on that master (replication is in order), so a claim
+// whose WAIT succeeds makes such a read's delivery durable too.
 func (s *streamBus) xclaim(ctx context.Context, a *redis.XClaimArgs) ([]redis.XMessage, error) {
 	if s.b.opts.PublishSyncReplicas <= 0 {
 		return s.b.client.XClaim(ctx, a).Result()

@@ -48,11 +48,7 @@ func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
 			// The dead member's read is replicated: the entry was
 			// delivered once, and no handler ever runs it before the
 			// stall.
-			read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
-			if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
-				t.Fatalf("the dead member's read: %v, %v", read, err)
-			}
-			id := read[0].Messages[0].ID
+			id := deadRead(t, master, key)
 			replica := replicaOf(t, st)
 			awaitSynced(t, b, topic+"-sync") // the read is on the replica
 			replica.Pause(t)
@@ -128,11 +124,7 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 			replica.Resume(t)
 		}
 	}()
-	read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
-	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
-		t.Fatalf("the dead member's read: %v, %v", read, err)
-	}
-	id := read[0].Messages[0].ID
+	id := deadRead(t, master, key)
 	const ackDeadline = 6 * time.Second // a reclaim pass every 3s
 	release := make(chan struct{})
 	defer close(release)
@@ -180,19 +172,9 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 	_ = b.Publish(ctx, topic, pubsub.Event{ID: "e2", Type: "t"}) // ErrNotReplicated: on the master
 	// B's stale pass claims e1 from "dead" (silent for AckDeadline), the
 	// WAIT fails, and the claim is undone.
-	deadline := time.Now().Add(ackDeadline + 8*time.Second)
-	for {
-		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
-		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" {
-			t.Logf("claimed, unacknowledged: %+v", pend[0])
-			awaitPutBack(t, master, key, id)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("e1 not claimed by B within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Claimed (count 2), the WAIT failed, and the claim is put back.
+	pendingOn(t, master, key, "g", id, "dead", 2, ackDeadline+8*time.Second, func() bool { return false })
+	awaitPutBack(t, master, key, id)
 	replica.Resume(t)
 	resumed = true
 	select {
@@ -281,25 +263,11 @@ func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
 			replica.Resume(t)
 		}
 	}()
-	read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
-	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 {
-		t.Fatalf("the dead member's read: %v, %v", read, err)
-	}
-	id := read[0].Messages[0].ID
+	id := deadRead(t, master, key)
 	sub.(pubsub.Kicker).Kick()
-	deadline := time.Now().Add(ackDeadline + 8*time.Second)
-	for {
-		pend, err := master.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: id, End: id, Count: 1}).Result()
-		if err == nil && len(pend) == 1 && pend[0].Consumer != "dead" {
-			t.Logf("claimed, unacknowledged: %+v", pend[0])
-			awaitPutBack(t, master, key, id)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("e1 not claimed within %v: %+v, %v", ackDeadline+8*time.Second, pend, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Claimed (count 2), the WAIT failed, and the claim is put back.
+	pendingOn(t, master, key, "g", id, "dead", 2, ackDeadline+8*time.Second, func() bool { return false })
+	awaitPutBack(t, master, key, id)
 	replica.Resume(t)
 	resumed = true
 	// The stall is over. Something new arrives and is run (2s, several

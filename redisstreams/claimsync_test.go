@@ -138,10 +138,7 @@ func TestPublishSyncClaimWaits(t *testing.T) {
 					replica.Resume(t)
 				}
 			}()
-			read, err := master.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
-			if err != nil || len(read) != 1 || len(read[0].Messages) != 1 || read[0].Messages[0].Values["id"] != "e1" {
-				t.Fatalf("the dead member's read: %v, %v", read, err)
-			}
+			id := deadRead(t, master, key)
 			const ackDeadline = time.Second
 			log := newDeliveryLog()
 			opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.AckDeadline(ackDeadline)}
@@ -166,7 +163,6 @@ func TestPublishSyncClaimWaits(t *testing.T) {
 			if !claimPending {
 				wait += 2 * ackDeadline // silent for AckDeadline, then a reclaim pass
 			}
-			id := read[0].Messages[0].ID
 			pendingOn(t, master, key, "g", id, "dead", 2, wait, log.handed)
 			if got := log.await(1, 500*time.Millisecond); len(got) > 0 {
 				t.Errorf("e1 handed on (attempt %d) while the replica was paused: the claim was not acknowledged", got[0].attempt)
@@ -326,4 +322,16 @@ func BenchmarkGroupReadSync(b *testing.B) {
 			})
 		}
 	}
+}
+
+// deadRead reads the next entry of stream key for consumer "dead" of group
+// "g" on c's server (a member that reads once and never again), which
+// must be event e1, and returns its id.
+func deadRead(t *testing.T, c *redis.Client, key string) string {
+	t.Helper()
+	read, err := c.XReadGroup(t.Context(), &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 1 || read[0].Messages[0].Values["id"] != "e1" {
+		t.Fatalf("the dead member's read: %v, %v", read, err)
+	}
+	return read[0].Messages[0].ID
 }

@@ -61,16 +61,12 @@ func (b *Backend) runSyncedNow(ctx context.Context, c *leaseCall, leaseKey, did 
 // the Cluster cannot tell key's master, each carries that error, and so
 // does the returned one.
 func (b *Backend) sendSynced(ctx context.Context, calls []*leaseCall, key string) (*redis.IntCmd, *redis.SliceCmd, error) {
-	var conn redis.Cmdable = b.client
-	if cc, ok := b.client.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			for _, c := range calls {
-				c.cmd.SetErr(err)
-			}
-			return nil, nil, err
+	conn, err := b.masterConn(ctx, key)
+	if err != nil {
+		for _, c := range calls {
+			c.cmd.SetErr(err)
 		}
-		conn = node
+		return nil, nil, err
 	}
 	timeout := b.opts.LeaseSyncTimeout.Milliseconds()
 	send := func(calls []*leaseCall) (*redis.IntCmd, *redis.SliceCmd) {

@@ -93,31 +93,36 @@ func (s *streamBus) notReplicated(p *syncPart) error {
 // the requests' keys. A request whose master cannot be found gets that
 // error and is in no part.
 func (s *streamBus) syncParts(ctx context.Context, batch []*pubReq) []*syncPart {
-	cc, ok := s.b.client.(*redis.ClusterClient)
-	if !ok {
-		// New allows PublishSyncReplicas only on a *redis.Client or a
-		// *redis.ClusterClient.
-		c := s.b.client.(*redis.Client)
-		return []*syncPart{{conn: c, addr: c.Options().Addr, reqs: batch}}
-	}
 	var parts []*syncPart
 	byAddr := make(map[string]*syncPart)
 	for _, r := range batch {
-		node, err := cc.MasterForKey(ctx, r.key)
+		conn, err := s.b.masterConn(ctx, r.key)
 		if err != nil {
 			r.err = fmt.Errorf("redisstreams: xadd %q: finding its master: %w", r.key, err)
 			continue
 		}
-		addr := node.Options().Addr
+		addr := conn.Options().Addr
 		p := byAddr[addr]
 		if p == nil {
-			p = &syncPart{conn: node, addr: addr}
+			p = &syncPart{conn: conn, addr: addr}
 			byAddr[addr] = p
 			parts = append(parts, p)
 		}
 		p.reqs = append(p.reqs, r)
 	}
 	return parts
+}
+
+// masterConn returns the client to send a pipeline for key on that ends
+// with WAIT (the Options' sync settings): the *redis.Client itself, or on
+// a *redis.ClusterClient the own client of key's master (MasterForKey, so
+// the WAIT follows writes on that master's connection; MOVED and ASK are
+// not followed there). New allows the sync options only on these two.
+func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, error) {
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, key)
+	}
+	return b.client.(*redis.Client), nil
 }
 
 // xclaim runs XCLAIM a. With Options.PublishSyncReplicas it goes, followed
@@ -135,20 +140,11 @@ func (s *streamBus) xclaim(ctx context.Context, a *redis.XClaimArgs) ([]redis.XM
 	if s.b.opts.PublishSyncReplicas <= 0 {
 		return s.b.client.XClaim(ctx, a).Result()
 	}
-	var conn redis.Cmdable
-	var addr string
-	if cc, ok := s.b.client.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, a.Stream)
-		if err != nil {
-			return nil, fmt.Errorf("redisstreams: xclaim %q: finding its master: %w", a.Stream, err)
-		}
-		conn, addr = node, node.Options().Addr
-	} else {
-		// New allows PublishSyncReplicas only on a *redis.Client or a
-		// *redis.ClusterClient.
-		c := s.b.client.(*redis.Client)
-		conn, addr = c, c.Options().Addr
+	conn, err := s.b.masterConn(ctx, a.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("redisstreams: xclaim %q: finding its master: %w", a.Stream, err)
 	}
+	addr := conn.Options().Addr
 	pipe := conn.Pipeline()
 	claim := pipe.XClaim(ctx, a)
 	wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())

@@ -173,28 +173,21 @@ func (s *streamBus) sendReadsSynced(ctx context.Context, batch []*readReq) {
 		reqs []*readReq
 	}
 	var parts []*part
-	if cc, ok := s.b.client.(*redis.ClusterClient); ok {
-		byAddr := map[string]*part{}
-		for _, r := range batch {
-			node, err := cc.MasterForKey(ctx, r.key)
-			if err != nil {
-				for _, c := range r.cmds {
-					c.SetErr(err)
-				}
-				continue
+	byAddr := map[string]*part{}
+	for _, r := range batch {
+		conn, err := s.b.masterConn(ctx, r.key)
+		if err != nil {
+			for _, c := range r.cmds {
+				c.SetErr(err)
 			}
-			addr := node.Options().Addr
-			if byAddr[addr] == nil {
-				byAddr[addr] = &part{conn: node, addr: addr}
-				parts = append(parts, byAddr[addr])
-			}
-			byAddr[addr].reqs = append(byAddr[addr].reqs, r)
+			continue
 		}
-	} else {
-		// New allows PublishSyncReplicas only on a *redis.Client or a
-		// *redis.ClusterClient.
-		c := s.b.client.(*redis.Client)
-		parts = []*part{{conn: c, addr: c.Options().Addr, reqs: batch}}
+		addr := conn.Options().Addr
+		if byAddr[addr] == nil {
+			byAddr[addr] = &part{conn: conn, addr: addr}
+			parts = append(parts, byAddr[addr])
+		}
+		byAddr[addr].reqs = append(byAddr[addr].reqs, r)
 	}
 	send := func(p *part) {
 		pipe := p.conn.Pipeline()

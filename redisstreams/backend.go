@@ -182,7 +182,8 @@ type Options struct {
 	// A dead letter the replicas did not acknowledge counts as stored on a
 	// *redis.Client (one master: the failed entry's ack reaches the
 	// replicas after it, so a failover that loses the one loses the other,
-	// and the entry is dead-lettered again), rather than being stored once
+	// and the entry is dead-lettered again:
+	// TestDeadLetterUnsyncedLostInFailover), rather than being stored once
 	// more by every redelivery while a stall lasts
 	// (TestReviewDeadLetterRepeatsDuringStall); on a Cluster, where the
 	// dead-letter topic may live on another master, it counts as failed.

@@ -653,7 +653,8 @@ func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event
 			// copy per redelivery: TestReviewDeadLetterRepeatsDuringStall).
 			// On one master the ack goes to the replicas after the dead
 			// letter: a failover that loses the dead letter loses the
-			// ack too, and the entry is dead-lettered again. On a
+			// ack too, and the entry is dead-lettered again
+			// (TestDeadLetterUnsyncedLostInFailover). On a
 			// Cluster the dead-letter topic may live on another master,
 			// so there it counts as failed (the entry is redelivered).
 			return nil

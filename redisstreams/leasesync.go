@@ -84,7 +84,7 @@ func (b *Backend) sendSynced(ctx context.Context, calls []*leaseCall, key string
 			waitAOF = redis.NewSliceCmd(ctx, "waitaof", 1, b.opts.LeaseSyncReplicas, timeout)
 			_ = p.Process(ctx, waitAOF)
 		}
-		_, _ = p.Exec(ctx) // each command carries its own error
+		b.execSynced(ctx, p) // each command carries its own error
 		return wait, waitAOF
 	}
 	wait, waitAOF := send(calls)

@@ -44,7 +44,7 @@ func (s *streamBus) syncedPipeline(ctx context.Context, batch []*pubReq) {
 		p.cmds, p.trims = s.queue(ctx, pipe, p.reqs)
 		p.wait = redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 		_ = pipe.Process(ctx, p.wait)
-		_, _ = pipe.Exec(ctx) // errors are read per command
+		s.b.execSynced(ctx, pipe)
 	}
 	if len(parts) == 1 {
 		send(parts[0])
@@ -125,6 +125,30 @@ func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, er
 	return b.client.(*redis.Client), nil
 }
 
+// execSynced sends pipe, a pipeline masterConn's client made, and leaves
+// each command's error on the command. When a command was answered MOVED
+// (its slot was moved to another master after the client last loaded its
+// map of slots), it asks a *redis.ClusterClient to load the map again, in
+// the background: nothing else would (MasterForKey does not follow MOVED,
+// and go-redis reloads the map on its own only every
+// ClusterStateReloadInterval, 60s by default), so every synced publish,
+// read, claim, acquire and renewal for that slot would fail that long
+// (TestSyncClusterFollowsSlotMove). An ASK is not followed either: the
+// slot is still moving, and the map would not change.
+func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, _ := pipe.Exec(ctx) // errors are read per command
+	cc, ok := b.client.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	for _, c := range cmds {
+		if _, moved := redis.IsMovedError(c.Err()); moved {
+			cc.ReloadState(ctx)
+			return
+		}
+	}
+}
+
 // xclaim runs XCLAIM a. With Options.PublishSyncReplicas it goes, followed
 // by WAIT, in one pipeline on the master of a.Stream (on a
 // *redis.ClusterClient that master's own client, not following MOVED or
@@ -149,7 +173,7 @@ func (s *streamBus) xclaim(ctx context.Context, a *redis.XClaimArgs) ([]redis.XM
 	claim := pipe.XClaim(ctx, a)
 	wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 	_ = pipe.Process(ctx, wait)
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	s.b.execSynced(ctx, pipe)
 	msgs, err := claim.Result()
 	if err != nil {
 		return nil, err

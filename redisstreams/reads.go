@@ -198,7 +198,7 @@ func (s *streamBus) sendReadsSynced(ctx context.Context, batch []*readReq) {
 		}
 		wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 		_ = pipe.Process(ctx, wait)
-		_, _ = pipe.Exec(ctx)
+		s.b.execSynced(ctx, pipe)
 		if err := s.notReplicated(&syncPart{addr: p.addr, wait: wait}); err != nil {
 			for _, r := range p.reqs {
 				r.unsynced = fmt.Errorf("redisstreams: read of %q: %w", r.key, err)

@@ -21,14 +21,21 @@ import (
 // gives an error quickly instead of a hang.
 const connectTimeout = 3 * time.Second
 
-// closeGrace bounds closing a command's Backend, and controllerGrace its
-// signals.Controller, as the command exits (done, failed or interrupted): a
-// Redis that stopped answering must not hold the exit for go-redis's
-// timeouts and retries. What is left then (a subscription's read, an ack)
-// ends with the process; the server drops its connections.
+// closeGrace bounds closing a command's Backend, controllerGrace its
+// signals.Controller and unsubscribeGrace tail's subscription, as the
+// command exits (done, failed or interrupted): a Redis that stopped
+// answering must not hold the exit for go-redis's timeouts and retries.
+// What is left then (a subscription's read, an ack) ends with the process;
+// the server drops its connections. leases, threads and tail close at most
+// one of the other two before their Backend, so they exit within 1.5s of
+// Ctrl-C plus the process's own exit, inside the 2s TestCtrlCOnStoppedRedis
+// holds them
+// to (tail once waited a whole closeGrace for its Unsubscribe: 2.004s
+// under the race detector on a loaded machine).
 const (
-	closeGrace      = time.Second
-	controllerGrace = 500 * time.Millisecond
+	closeGrace       = time.Second
+	controllerGrace  = 500 * time.Millisecond
+	unsubscribeGrace = 500 * time.Millisecond
 )
 
 // closeBackend closes b within closeGrace (Backend.Shutdown).

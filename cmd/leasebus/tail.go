@@ -89,7 +89,7 @@ acks what it prints.`)
 	}
 	fmt.Fprintf(e.stderr, "tailing %s (%s, from %s); Ctrl-C to stop\n", topic, mode, start)
 	<-ctx.Done()
-	uctx, ucancel := context.WithTimeout(context.Background(), closeGrace)
+	uctx, ucancel := context.WithTimeout(context.Background(), unsubscribeGrace)
 	defer ucancel()
 	if err := sub.Unsubscribe(uctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -120,19 +120,25 @@
 // what other members left pending past the deadline, refresh what waits
 // in its local queue) takes the pool too. On-demand subscriptions
 // (pubsub.ReadOnDemand: the signals runtime holds one per active thread)
-// run theirs at most 4 at once per Backend, and one whose tick finds none
-// free skips it, so that their number does not take the pool from
-// everything else, lease renewals first (TestOnDemandPassesBounded: 1,000
-// such subscriptions with a 1ms ack deadline, kicked every 5ms, kept at
-// most 4 calls in flight where they had 1,000 waiting for the pool, and a
-// lease call took at most 22-38ms where it took up to 261-485ms). Such a
+// run theirs at most 4 at once per Backend (on a Cluster, per master: a
+// pass's calls all go to its key's master, whose pool is its own), and one
+// whose tick finds none free skips it, so that their number does not take
+// the pool from everything else, lease renewals first
+// (TestOnDemandPassesBounded: 1,000 such subscriptions with a 1ms ack
+// deadline, kicked every 5ms, kept at most 4 calls in flight where they
+// had 1,000 waiting for the pool, and a lease call took at most 22-38ms
+// where it took up to 261-485ms). Such a
 // pass never waits for a handler slot while it holds one of the 4; while
 // another consumer of its group holds entries it looks again at its next
 // tick, so an entry a stale member holds is claimed once it is past the
 // ack deadline even when no new kick comes (TestOnDemandPassSlotsNotHeld,
 // TestOnDemandKickBeforeStale). Under heavy load an on-demand
 // subscription's pass comes later than its ack deadline says; the other
-// subscriptions are not bounded this way.
+// subscriptions are not bounded this way. On a Cluster, a master whose
+// passes are slow (its replica stalled under PublishSyncReplicas: each
+// claim waits PublishSyncTimeout for WAIT) keeps only its own slots, and
+// the on-demand subscriptions of the other masters take over a dead
+// member's entries as usual (TestOnDemandStalledMasterSparesOtherMasters).
 //
 // # Redeliveries
 //

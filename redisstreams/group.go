@@ -1574,17 +1574,20 @@ func (g *groupSub) reclaimLoop() {
 			return
 		case <-t.C:
 		}
+		var slots chan struct{}
 		if g.cfg.ReadOnDemand {
-			// One of onDemandPasses slots, or skip this tick.
+			// One of onDemandPasses slots (of the key's master on a
+			// Cluster), or skip this tick.
+			slots = g.s.passSlots(g.key)
 			select {
-			case g.s.passes <- struct{}{}:
+			case slots <- struct{}{}:
 			default:
 				continue
 			}
 		}
 		g.reclaimPass(&lastReap)
-		if g.cfg.ReadOnDemand {
-			<-g.s.passes
+		if slots != nil {
+			<-slots
 		}
 	}
 }
@@ -1599,7 +1602,55 @@ func (g *groupSub) reclaimLoop() {
 // the lease renewals behind them missed their deadlines
 // (BenchmarkActiveThreads10000: 3,632-6,000 of 10,000 leases lost on
 // NewURL's default pool of 20). A variable so that tests can change it.
+//
+// On a *redis.ClusterClient the bound is per master (passSlots): every
+// call of a pass is for its subscription's key, so on that master's own
+// pool, which the bound keeps from being taken, and a master whose passes
+// are slow does not take the other masters' slots. With a single set, a
+// master whose replica stalled under PublishSyncReplicas, each of whose
+// passes with something stale to claim waits the whole PublishSyncTimeout
+// for WAIT, then puts the claim back and takes a slot again at once (its
+// ticker ticked meanwhile), kept all 4 slots with 8 such subscriptions,
+// and an on-demand subscription on a healthy master skipped every tick
+// while the stall lasted: a dead member's entry there was not taken over
+// 10s after the kick, 0 passes in 66-67 ticks, and 41ms after the stall
+// ended (TestOnDemandStalledMasterSparesOtherMasters; 146-152ms without
+// the stall, and 2-149ms with it once the slots were per master).
 var onDemandPasses = 4
+
+// passSlots returns the pass slots (onDemandPasses) an on-demand
+// subscription on key takes for its pass: on a *redis.ClusterClient those
+// of key's master as the client's map of slots has it (masterOf, which
+// sends nothing), made at first use, at most maxLanes sets; the Backend's
+// one set on any other client, when the map cannot tell, and beyond
+// maxLanes masters. A pass that began before the key moved to another
+// master keeps the slot it took.
+func (s *streamBus) passSlots(key string) chan struct{} {
+	m := s.b.masterOf(key)
+	if m == "" {
+		return s.passes
+	}
+	s.pmu.RLock()
+	slots := s.masterPasses[m]
+	s.pmu.RUnlock()
+	if slots != nil {
+		return slots
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if slots = s.masterPasses[m]; slots != nil {
+		return slots
+	}
+	if len(s.masterPasses) >= maxLanes {
+		return s.passes
+	}
+	if s.masterPasses == nil {
+		s.masterPasses = make(map[string]chan struct{})
+	}
+	slots = make(chan struct{}, onDemandPasses)
+	s.masterPasses[m] = slots
+	return slots
+}
 
 // reclaimPass is one tick of reclaimLoop.
 func (g *groupSub) reclaimPass(lastReap *time.Time) {
@@ -1683,7 +1734,7 @@ func (g *groupSub) refreshQueued() {
 // silent member holds entries, and otherwise claims nothing.
 //
 // An on-demand subscription (ReadOnDemand) never waits: it holds one of
-// the Backend's pass slots (onDemandPasses), and waiting there for a token
+// the pass slots (onDemandPasses, passSlots), and waiting there for a token
 // (its one token is taken for as long as a run of the signals runtime
 // lasts) kept the slot a whole reclaim interval, long enough for four busy
 // subscriptions to keep every slot (TestOnDemandPassSlotsNotHeld). Instead,

@@ -39,8 +39,12 @@ type streamBus struct {
 
 	// passes bounds how many on-demand group subscriptions run their
 	// periodic pass (group.go's reclaimLoop) at once: see
-	// onDemandPasses.
-	passes chan struct{}
+	// onDemandPasses. On a Cluster client each master has a set of its
+	// own (masterPasses, see passSlots); passes is the set of every other
+	// client, and of keys whose master the client's map cannot tell.
+	passes       chan struct{}
+	pmu          sync.RWMutex
+	masterPasses map[string]chan struct{} // master address → its pass slots
 
 	// fmu guards what Flush waits for: the last id this Backend wrote to
 	// each stream that has a local subscription.

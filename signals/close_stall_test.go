@@ -20,6 +20,7 @@ import (
 // 14s) until review 21's fix bounded every teardown step by Close's ctx
 // plus closeGrace (2.0s since). The bound is 5s.
 func TestCloseOnStalledServerAfterLostLeases(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "cs"})
@@ -262,6 +263,7 @@ func TestCloseCtxEndedHealthyServerReleases(t *testing.T) {
 // began still has its lease released as it ends: the TTL counts from the
 // last run's return, not from Close's start.
 func TestCloseNoDeadlineOnStalledServer(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	const ttl = 3 * time.Second
 	for _, stall := range []bool{true, false} {
 		name := map[bool]string{true: "Stalled", false: "LongRun"}[stall]

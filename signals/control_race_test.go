@@ -272,6 +272,7 @@ func TestCancelCloseRace(t *testing.T) {
 // --timeout 30s, or a library caller's) held Close as long. Close now does
 // not wait: the Cancel undoes a subscription Close overtook.
 func TestCloseDuringStuckFirstCancel(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	for _, trigger := range []string{"xinfo", "xadd"} {
 		t.Run(trigger, func(t *testing.T) {
 			srv, p, c := proxiedController(t)

@@ -27,6 +27,7 @@ import (
 // late release of X leaves alone: the peer's third signal is Forwarded to
 // that run, and the thread never has two runs at once.
 func TestReleaseFailedLateReleaseRunsTwice(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	const ttl = 30 * time.Second
 	srv, _ := startRedis(t)
 	proxy := redistest.NewProxy(t, srv.Addr())

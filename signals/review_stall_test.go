@@ -41,6 +41,7 @@ import (
 // now 2.0s. (The stalled-server Close tests allow 5s and run one runtime,
 // which holds every thread itself, so they did not see it.)
 func TestCloseOnStalledServerLapseTries(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	newB := func() *redisstreams.Backend {
@@ -270,6 +271,7 @@ func logStuckLeasebus(t *testing.T, when string) {
 // second, with a 300ms ctx, read the owner before the stop. The second
 // must return within about its ctx (1s allowed).
 func TestConcurrentCancelsOnStalledServer(t *testing.T) {
+	t.Parallel() // waits on a stalled server or a TTL, hardly any CPU: beside the others (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	bA, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "rvcancel"})

@@ -87,6 +87,14 @@ func TestSyncClusterWithReplicas(t *testing.T) {
 		return false
 	}
 
+	// Each master's replica has acknowledged a write before the
+	// publishes below count on it: right after the cluster formed, a first
+	// WAIT once took longer than timeout (0 of 1 replicas within 300ms,
+	// before any pause, on a loaded machine).
+	for _, m := range masters {
+		awaitSynced(t, b, topicOf[m])
+	}
+
 	// Publishes, concurrent and coalesced.
 	var wg sync.WaitGroup
 	var mu sync.Mutex

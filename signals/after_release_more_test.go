@@ -75,6 +75,7 @@ func arIdle(t *testing.T, rt *signals.Runtime, c *arCounter, thread string, betw
 // ended: a released tenure takes the thread again only when something
 // waits in its inbox (review 13 of 2026-11-23; held).
 func TestAfterReleaseInmemIdleNoTenures(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	b := inmem.New()
 	t.Cleanup(func() { b.Close() })
 	c := &arCounter{starts: map[string]int{}}
@@ -148,6 +149,7 @@ func TestAfterReleaseDropMarksFootprint(t *testing.T) {
 // 3s, on f80ca3d too; found by review 13 of 2026-11-23). The script now
 // asks whether any entry is left after the last delivered id.
 func TestDeletedQueuedTailIdleNoTenures(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	idleAfterQueueEdit(t, "dq", false, func(ctx context.Context, cl *redis.Client, key string) {
 		msgs, err := cl.XRange(ctx, key, "-", "+").Result()
 		if err != nil || len(msgs) != 2 {

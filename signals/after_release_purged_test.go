@@ -22,6 +22,7 @@ import (
 // left after the group's last delivered id, and a tenure counts a kept
 // inbox as drained when the inbox group has nothing left.
 func TestKeptInboxPurgedQueueNoTenures(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	idleAfterQueueEdit(t, "kq", true, func(ctx context.Context, cl *redis.Client, key string) {
 		// The operator drops what is queued (and the history) of the thread.
 		if err := cl.XTrimMaxLen(ctx, key, 0).Err(); err != nil {

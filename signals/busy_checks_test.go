@@ -66,6 +66,7 @@ func keyHook(markers ...string) *cmdHook {
 // Once the runs are released, every signal runs exactly once and no notice
 // stays pending: followers lose nothing.
 func TestBusyThreadNoticesCheckedPerThread(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	const (

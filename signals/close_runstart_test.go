@@ -21,6 +21,7 @@ import (
 // teardown 10-13ms after the run returned (eps 2ms and 10ms: the lease
 // left held, "release failed ... context canceled").
 func TestCloseRunStartingAtClose(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, eps := range []time.Duration{2 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond} {
 		t.Run(fmt.Sprint(eps), func(t *testing.T) {
 			srv, _ := startRedis(t)

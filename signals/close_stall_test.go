@@ -69,6 +69,7 @@ func TestCloseOnStalledServerAfterLostLeases(t *testing.T) {
 // 56.1-56.2s in 3 of 3 runs; 2.0s now (ctx, then closeGrace for the
 // teardown). The bound is 5s.
 func TestCloseOnStalledServerLiveRuns(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "cl"})

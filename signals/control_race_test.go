@@ -61,6 +61,7 @@ func proxiedController(t *testing.T) (*redistest.Server, *redistest.Proxy, *sign
 // stops before the owner read or at the control subscription's setup
 // (XINFO STREAM), and Close afterwards is prompt.
 func TestFirstCancelStoppedRedis(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, trigger := range []string{"", "xinfo", "xadd"} {
 		t.Run(fmt.Sprintf("at=%q", trigger), func(t *testing.T) {
 			srv, p, c := proxiedController(t)

@@ -46,6 +46,7 @@ func (g gatedOwnerRead) GetLeaseOwner(ctx context.Context, key string) (string, 
 // dedupe window starts no drop, and the record keeps the newest drop marks
 // apart from the DedupeEntries limit.
 func TestDropRequestAfterMarkAgedOut(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, tc := range []struct {
 		name     string
 		window   time.Duration

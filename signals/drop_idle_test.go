@@ -17,6 +17,7 @@ import (
 // thread leaves nothing". The mark now has a wake notice: a runtime reads
 // it, and the drained inbox is deleted.
 func TestDropQueuedOnIdleThreadLeavesNothing(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, c := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "fp", FenceIdle: time.Second, LeaseStatusWindow: time.Second})

@@ -20,6 +20,7 @@ import (
 // copy stayed unread, and the next tenure, past the window, ran it again
 // (3 of 3 runs, both cases); the marks are now per copy (its notice's ID).
 func TestDuplicateSendNotLeftUnread(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, during := range []bool{true, false} {
 		name := "AfterRun" // kick skipped: the tenure ran x (seen)
 		if during {
@@ -94,6 +95,7 @@ func dupLeftUnread(t *testing.T, during bool) {
 // after the release (review 15: 1 extra tenure, 3 of 3 runs, with kicks
 // marked by signal ID).
 func TestDuplicateSendReadByItsTenure(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	running := make(chan struct{}, 4)

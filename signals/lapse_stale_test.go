@@ -22,6 +22,7 @@ import (
 // and started Recovered #2 for nothing (3 of 3). Now it looks at the inbox
 // first, and nothing waits there.
 func TestLapseStaleNoticeHeldThread(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "stale2"})

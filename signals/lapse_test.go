@@ -27,6 +27,7 @@ import (
 // inbox shows nothing waiting, while the ghost still holds it; nothing
 // runs.
 func TestTakeoverAtLeaseLapse(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, tc := range []struct {
 		name  string
 		lives time.Duration // how long the ghost renews

@@ -24,6 +24,7 @@ import (
 // within 1.5s (the TTL is 4s), each once, and the local Send does not
 // report Forwarded.
 func TestLateAcquireAfterSettleIsAdopted(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	const ttl = 4 * time.Second

@@ -318,6 +318,7 @@ func (f *lateFix) ranWithin(start time.Time, d time.Duration, ids ...string) {
 // (helper 19): the owner was forgotten at the first takeover, and s3, s4
 // ran after the whole TTL (3.02s).
 func TestLateStragglerAfterTakeover(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	f := newLateFix(t, "strag", "strag-thread", "B", 3*time.Second)
 	owner, lost := f.loseSend(0)
 	if len(lost) < 2 {
@@ -356,6 +357,7 @@ func TestLateStragglerAfterTakeover(t *testing.T) {
 // (givenup.go), so a peer's signal runs within 1.5s (TTL 3s). Review revN:
 // after 3.01s, the whole TTL, before Close did so.
 func TestCloseReleasesLateLeases(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	f := newLateFix(t, "closelate", "closelate-thread", "B", 3*time.Second)
 	owner, lost := f.loseSend(0)
 	f.replay(lost[0], owner)
@@ -384,6 +386,7 @@ func TestCloseReleasesLateLeases(t *testing.T) {
 // full run of the first case, thirteenth pass; 3 of 3 runs of this case
 // before the fix).
 func TestSendToRevokedLateLease(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, during := range []bool{false, true} {
 		name := map[bool]string{false: "AtOnce", true: "WhileTakingOver"}[during]
 		t.Run(name, func(t *testing.T) {
@@ -425,6 +428,7 @@ func TestSendToRevokedLateLease(t *testing.T) {
 // takeover it returned Forwarded after one acquire): the retry with the
 // same signal succeeds, and the signal runs once.
 func TestShortSendToLateLease(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	f := newLateFix(t, "short", "short-thread", "B", 3*time.Second)
 	owner, lost := f.loseSend(0)
 	f.replay(lost[0], owner)
@@ -451,6 +455,7 @@ func TestShortSendToLateLease(t *testing.T) {
 // remembers (each an adoptLate on A's fan-out watch) while A closes: no
 // panic, no race, Close returns, and the signals all run once (review revN).
 func TestCloseRacesAdoptLate(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	f := newLateFix(t, "closerace", "closerace-thread", "B", 2*time.Second)
 	owner, lost := f.loseSend(0)
 	f.replay(lost[0], owner)
@@ -546,6 +551,7 @@ func TestSettleTakesItsOwnLateLease(t *testing.T) {
 //     Seen once in a full run of AsTheyCome (thirteenth pass); 3 of 3 runs
 //     of this case before the fix.
 func TestConcurrentSendsToLateLease(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	for _, second := range []bool{false, true} {
 		name := map[bool]string{false: "AsTheyCome", true: "SecondFirst"}[second]
 		t.Run(name, func(t *testing.T) {

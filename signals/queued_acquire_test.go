@@ -23,6 +23,7 @@ import (
 // matches lease.ErrNotSent, and the runtime settles only acquires that
 // may have run. The test also requires that the not-sent error says so.
 func TestQueuedAcquireNeverSentSettlesNothing(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	var (

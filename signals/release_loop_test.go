@@ -21,6 +21,7 @@ import (
 // still the tenure's. It counts the tenures A starts for h in 5s with one
 // signal sent, and fails above two.
 func TestReleaseRepliesLostTenureLoop(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	const ttl = 2 * time.Second
 	srv, _ := startRedis(t)
 	proxy := redistest.NewProxy(t, srv.Addr())

@@ -63,6 +63,7 @@ func (h *pipelineRetry) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // dedupe window, ran again. Now a source (Send, fan-out watch, notice
 // handler) that sees the same notice ID again kicks again.
 func TestRetriedPublishCopyRead(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	var runs atomic.Int32

@@ -17,6 +17,7 @@ import (
 // can never see its signal done. It must be acked after one recovered
 // tenure that drains the (empty) inbox, and the signal must not run again.
 func TestStaleNoticeAcked(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: "stale"})

@@ -136,6 +136,7 @@ func TestWatcherDoneCoversFollowers(t *testing.T) {
 // interval before the fix (3 of 12 threads); every s3 must arrive within
 // milliseconds.
 func TestWatcherFollowersOfEndingTenures(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	var gates, gates1 sync.Map // thread -> *windowGate

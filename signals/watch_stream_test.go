@@ -24,6 +24,7 @@ import (
 // found 2,274 with the first watcher design (each follower restarted the
 // watcher's 2ms poll); 378 now.
 func TestStreamToBusyThreadChecks(t *testing.T) {
+	t.Parallel() // mostly waits (TTLs, windows, a stalled server): beside another (CI time)
 	srv, _ := startRedis(t)
 	ctx := context.Background()
 	const (

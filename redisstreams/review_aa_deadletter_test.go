@@ -1,0 +1,244 @@
+package redisstreams
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// Review AA (item 3). publishDead counts a dead letter the replicas did not
+// acknowledge as stored on a *redis.Client, arguing that "the failed
+// entry's ack reaches the replicas after it, so a failover that loses the
+// one loses the other". Two ways that argument does not hold.
+
+// TestReviewAADeadLetterFanOutLostInFailover: a fan-out subscription has
+// no ack to lose with the dead letter. Its handler fails e1 (MaxDeliveries
+// 1) while replication stalls; the dead letter, stored on the master only,
+// counts as stored, and the subscription moves on. The master is killed
+// and a replica that lacks the dead letter is promoted: the dead letter is
+// gone, and nothing ever publishes it again (before 16c88fb the failed
+// dead letter made Handle return an error, and the fan-out subscription
+// redelivered e1 until a dead letter was stored). Asserted, as
+// TestDeadLetterUnsyncedLostInFailover asserts for a group: within 30s
+// the promoted master holds a dead letter of e1.
+func TestReviewAADeadLetterFanOutLostInFailover(t *testing.T) {
+	st := redistest.StartSentinel(t, 2)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	const topic = "aa-dead-fanout"
+	deadKey := b.keys.Stream(pubsub.DeadLetterTopic(topic))
+	awaitSynced(t, b, topic)
+	var (
+		once   sync.Once
+		resume func()
+		runs   atomic.Int32
+	)
+	stalled := make(chan struct{})
+	h := func(ctx context.Context, ev pubsub.Event) error {
+		if ev.ID == "e1" {
+			runs.Add(1)
+			once.Do(func() { resume = st.StallReplication(t); close(stalled) })
+			return errors.New("fails")
+		}
+		return nil
+	}
+	sub, err := b.Subscribe(ctx, topic, h, pubsub.MaxDeliveries(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e1 not run within 10s")
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			resume()
+		}
+	}()
+	master := st.Master().Client(t)
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var lostID string
+	for {
+		if ids := deadLetters(t, master, deadKey, "e1"); len(ids) == 1 {
+			lostID = ids[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("premise: 1.5s after the stall the master holds no dead letter of e1")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Let the subscription take the unsynced dead letter as stored (its
+	// WAIT ends after PublishSyncTimeout).
+	time.Sleep(400 * time.Millisecond)
+	resumed = true
+	start := time.Now()
+	st.FailoverAfterKill(t, resume)
+	promoted := st.Master().Client(t)
+	const bound = 30 * time.Second
+	for {
+		ids := deadLetters(t, promoted, deadKey, "e1")
+		for _, id := range ids {
+			if id == lostID {
+				t.Fatalf("premise: the promoted master holds the dead letter %s written during the stall", id)
+			}
+		}
+		if len(ids) >= 1 {
+			t.Logf("dead letter %s lost with the master; e1 dead-lettered again as %v", lostID, ids)
+			return
+		}
+		if time.Since(start) > bound {
+			t.Fatalf("%v after the failover began the promoted master holds no dead letter of e1: the dead letter %s (counted stored, never acknowledged by a replica) was lost with the master and e1 was not dead-lettered again (handler ran %d times)", bound, lostID, runs.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ackGate is a go-redis hook that stops the first pipeline holding an
+// XACK of key, once armed, until release is closed: it stands for the
+// moment between the dead letter's WAIT and the ack, in which the master
+// crashes (the acker's XACK then fails on the dead master and is retried,
+// with backoff, for several seconds: the retry goes to whatever master the
+// client finds then).
+type ackGate struct {
+	key     string
+	armed   atomic.Bool
+	fired   atomic.Bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *ackGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *ackGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (g *ackGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g.armed.Load() {
+			for _, c := range cmds {
+				args := c.Args()
+				if strings.EqualFold(c.Name(), "xack") && len(args) > 1 && args[1] == g.key && g.fired.CompareAndSwap(false, true) {
+					close(g.reached)
+					<-g.release
+					break
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestReviewAADeadLetterAckAfterFailover: on a group, the ack is a write of
+// its own, sent by the acker after the dead letter's WAIT returned. When
+// the master dies between the two, the ack does not reach it: the acker
+// retries, and its retry reaches the promoted master, which has e1 pending
+// (its read was synced) but not the dead letter. e1 is acked there with no
+// dead letter anywhere: lost. Here the master is killed while the XACK of
+// e1 is about to be sent (held by a hook until the promotion, which the
+// acker's own retries, 8 over ~4.5s plus go-redis's, can span as well).
+// Asserted as in TestDeadLetterUnsyncedLostInFailover: within 30s (the
+// ack deadline is 10s) the promoted master holds a dead letter of e1 and
+// nothing pending.
+func TestReviewAADeadLetterAckAfterFailover(t *testing.T) {
+	st := redistest.StartSentinel(t, 2)
+	c := st.Client(t)
+	b := psBackend(t, c, Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	const topic = "aa-dead-ack"
+	key := b.keys.Stream(topic)
+	deadKey := b.keys.Stream(pubsub.DeadLetterTopic(topic))
+	// An ack deadline longer than the failover (the default is 30s): with
+	// 1s, the promoted master's e1 is taken over and dead-lettered again
+	// while the ack is held, before it lands.
+	const ackDeadline = 10 * time.Second
+	gate := &ackGate{key: key, reached: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(gate)
+	awaitSynced(t, b, topic)
+	var (
+		once   sync.Once
+		resume func()
+	)
+	stalled := make(chan struct{})
+	h := func(ctx context.Context, ev pubsub.Event) error {
+		if ev.ID == "e1" {
+			once.Do(func() { gate.armed.Store(true); resume = st.StallReplication(t); close(stalled) })
+			return errors.New("fails")
+		}
+		return nil
+	}
+	sub, err := b.Subscribe(ctx, topic, h, pubsub.Group("g"), pubsub.MaxDeliveries(1), pubsub.AckDeadline(ackDeadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(gate.release)
+		}
+		_ = sub.Unsubscribe(context.Background())
+	}()
+	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e1 not run within 10s")
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			resume()
+		}
+	}()
+	select {
+	case <-gate.reached:
+	case <-time.After(5 * time.Second):
+		t.Fatal("premise: no XACK of e1 within 5s of the stall (the dead letter did not count as stored)")
+	}
+	master := st.Master().Client(t)
+	ids := deadLetters(t, master, deadKey, "e1")
+	if len(ids) != 1 || groupPending(t, master, key, "g") != 1 {
+		t.Fatalf("premise: the master holds dead letters %v of e1, want 1, and e1 pending", ids)
+	}
+	lostID := ids[0]
+	resumed = true
+	start := time.Now()
+	st.FailoverAfterKill(t, resume)
+	released = true
+	close(gate.release)
+	promoted := st.Master().Client(t)
+	const bound = 30 * time.Second
+	for {
+		ids, pending := deadLetters(t, promoted, deadKey, "e1"), groupPending(t, promoted, key, "g")
+		for _, id := range ids {
+			if id == lostID {
+				t.Fatalf("premise: the promoted master holds the dead letter %s written during the stall", id)
+			}
+		}
+		if len(ids) >= 1 && pending == 0 {
+			t.Logf("e1 dead-lettered again as %v", ids)
+			return
+		}
+		if time.Since(start) > bound {
+			t.Fatalf("%v after the failover began the promoted master holds dead letters %v of e1 and %d pending entries: e1 was acked on the promoted master, which never had its dead letter %s: e1 is lost", bound, ids, pending, lostID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1332,9 +1332,10 @@ func (g *groupSub) process(m *groupMsg) {
 		return
 	}
 	ev.DeliveryAttempt = m.attempt
-	if g.p.Handle(g.ctx, ev) == nil {
+	note := &deadNote{}
+	if g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev) == nil {
 		if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
-			g.s.acks.add(g.key, g.group, m.id)
+			g.ackDelivered(m.id, note)
 		}
 		g.forget(m.id)
 		return
@@ -1389,9 +1390,10 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 			return
 		}
 		ev.DeliveryAttempt = m.attempt
-		if g.p.Handle(g.ctx, ev) == nil {
+		note := &deadNote{}
+		if g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev) == nil {
 			if !g.s.abandoned() {
-				g.s.acks.add(g.key, g.group, m.id)
+				g.ackDelivered(m.id, note)
 			}
 			return
 		}

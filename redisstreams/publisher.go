@@ -37,6 +37,7 @@ type pubReq struct {
 	group  string // create this group first, at "$", if missing (PublishFor)
 	trim   bool   // also trim the stream (trim.lua), in the same round trip
 	err    error
+	id     string // the entry's id, once written (also when not replicated)
 	// then are more XADDs sent right after this one, in the same pipeline
 	// and in order (PublishBatch); each gets its own err.
 	then []*pubReq
@@ -462,5 +463,6 @@ func (s *streamBus) answer(r *pubReq, id string, err error, seq uint64) {
 		r.err = fmt.Errorf("redisstreams: xadd %q: %w", r.key, err)
 		return
 	}
+	r.id = id
 	s.wrote(r.key, id, seq)
 }

@@ -635,7 +635,17 @@ func (b *Backend) Flush(ctx context.Context) error {
 
 // policy returns the delivery policy of a subscription to topic.
 func (s *streamBus) policy(topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) *pubsub.Policy {
-	return pubsub.NewPolicy(topic, h, cfg, s.publishDead)
+	publish := s.publishDead
+	if cfg.Group == "" {
+		// A fan-out subscription has no ack that a failover would lose
+		// with an unacknowledged dead letter: the dead letter must be
+		// acknowledged, or the event is redelivered (review AA,
+		// TestReviewAADeadLetterFanOutLostInFailover).
+		publish = func(ctx context.Context, dead string, e pubsub.Event) error {
+			return s.publishDeadAs(ctx, dead, e, false)
+		}
+	}
+	return pubsub.NewPolicy(topic, h, cfg, publish)
 }
 
 // publishDead stores the dead letter e on the topic dead. Unlike Publish it
@@ -643,13 +653,29 @@ func (s *streamBus) policy(topic string, h pubsub.Handler, cfg pubsub.SubscribeC
 // dead-letter), and it makes the metadata valid UTF-8 first: the reason and
 // the failed topic may hold any bytes.
 func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event) error {
+	return s.publishDeadAs(ctx, dead, e, true)
+}
+
+// publishDeadAs is publishDead; unsyncedStored says whether a dead letter
+// the replicas did not acknowledge counts as stored on a *redis.Client.
+func (s *streamBus) publishDeadAs(ctx context.Context, dead string, e pubsub.Event, unsyncedStored bool) error {
 	fields, _, err := encodeEvent(validMetadata(e))
 	if err != nil {
 		return err
 	}
-	err = s.publish(ctx, s.b.keys.Stream(dead), "", fields)
-	if errors.Is(err, ErrNotReplicated) {
+	key := s.b.keys.Stream(dead)
+	r := &pubReq{key: key, fields: fields, trim: s.trimDue()}
+	err = s.publishUnit(ctx, r)
+	if unsyncedStored && errors.Is(err, ErrNotReplicated) {
 		if _, ok := s.b.client.(*redis.Client); ok {
+			// The entry's ack must then find the dead letter where it
+			// lands (review AA, TestReviewAADeadLetterAckAfterFailover:
+			// an ack sent after the master died reached the promoted
+			// master, which never had the dead letter): the caller acks
+			// with ackIfDead when ctx carries a deadNote.
+			if n, _ := ctx.Value(deadNoteKey{}).(*deadNote); n != nil && r.id != "" {
+				n.key, n.id = key, r.id
+			}
 			// Stored on the master, only not acknowledged by the
 			// replicas (PublishSyncReplicas): count it stored, so that
 			// the entry is acked rather than redelivered and
@@ -665,6 +691,39 @@ func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event
 		}
 	}
 	return err
+}
+
+// deadNoteKey is the ctx key of a *deadNote.
+type deadNoteKey struct{}
+
+// deadNote records, for a group delivery whose handling ctx carries it,
+// the dead letter publishDead counted stored although the replicas did not
+// acknowledge it: the entry's ack must then go through ackIfDead.
+type deadNote struct{ key, id string }
+
+// ackIfDeadScript acks ARGV[2] of KEYS[1] in group ARGV[1] only while the
+// dead letter ARGV[3] is on KEYS[2] (one master: *redis.Client only);
+// -1 when it is not.
+var ackIfDeadScript = redis.NewScript(`
+if #redis.call('XRANGE', KEYS[2], ARGV[3], ARGV[3]) == 0 then return -1 end
+return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`)
+
+// ackDelivered acks entry id of the group subscription g after its
+// handling returned nil: through the acker, or, when n noted an unsynced
+// dead letter, at once and only where that dead letter is (a failover
+// that lost it leaves the entry pending, to be dead-lettered again).
+func (g *groupSub) ackDelivered(id string, n *deadNote) {
+	if n.id == "" {
+		g.s.acks.add(g.key, g.group, id)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackCloseGrace)
+	defer cancel()
+	res, err := ackIfDeadScript.Run(ctx, g.s.b.client, []string{g.key, n.key}, g.group, id, n.id).Int64()
+	if err != nil || res < 0 {
+		g.s.b.opts.Logger.Warn("redisstreams: entry not acked: its unacknowledged dead letter is not on the master (lost in a failover?) or the ack failed; it is redelivered after the ack deadline",
+			"topic", g.topic, "id", id, "dead", n.id, "err", err)
+	}
 }
 
 // deadLetterUndecodable dead-letters the stream entry id of topic, which

@@ -27,7 +27,9 @@ import (
 // publish and a synced renewal of a lease held across the failover, each
 // retried every 20ms, succeed within 15s.
 func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
-	cl := redistest.StartClusterReplicas(t, 3, 1)
+	// Two replicas per master: after the failover the other one follows the
+	// promoted master, so that a synced call can succeed there.
+	cl := redistest.StartClusterReplicas(t, 3, 2)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{PublishSyncReplicas: 1, LeaseSyncReplicas: 1, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
@@ -56,8 +58,8 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 		}
 	}
 	replicas := cl.ReplicasOf(t, addr)
-	if len(replicas) != 1 {
-		t.Fatalf("replicas of %s: %d, want 1", addr, len(replicas))
+	if len(replicas) != 2 {
+		t.Fatalf("replicas of %s: %d, want 2", addr, len(replicas))
 	}
 	var victim *redistest.Server
 	for _, n := range cl.Nodes() {
@@ -67,17 +69,19 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 	}
 	victim.Kill(t)
 	killed := time.Now()
-	promoted := replicas[0].Client(t)
-	for {
-		if role, err := promoted.Do(ctx, "ROLE").Slice(); err == nil && role[0] == "master" {
-			break
+	var promoted *redistest.Server
+	for promoted == nil {
+		for _, r := range replicas {
+			if role, err := r.Client(t).Do(ctx, "ROLE").Slice(); err == nil && role[0] == "master" {
+				promoted = r
+			}
 		}
 		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("replica %s not promoted within 30s", replicas[0].Addr())
+			t.Fatalf("no replica of %s promoted within 30s", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("replica %s promoted %v after the kill of %s", replicas[0].Addr(), time.Since(killed).Round(time.Millisecond), addr)
+	t.Logf("replica %s promoted %v after the kill of %s", promoted.Addr(), time.Since(killed).Round(time.Millisecond), addr)
 	const bound = 15 * time.Second
 	retry := func(what string, f func() error) {
 		t.Helper()

@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -142,7 +143,18 @@ func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner) {
 		return
 	}
 	for _, c := range cmds {
-		if _, moved := redis.IsMovedError(c.Err()); moved {
+		err := c.Err()
+		if err == nil {
+			continue
+		}
+		_, moved := redis.IsMovedError(err)
+		// A transport error too (review AA,
+		// TestReviewAASyncedClusterFollowsFailover): after the Cluster
+		// promoted the replica of a master that died, the dead master
+		// answers nothing, so no MOVED comes, and MasterForKey named it
+		// until go-redis's own reload (60s). LazyReload coalesces the
+		// requests: at most one load per 200ms while the master is down.
+		if moved || (isNetErr(err) && !errors.Is(err, redis.ErrClosed)) {
 			cc.ReloadState(ctx)
 			return
 		}

@@ -1644,7 +1644,22 @@ func (s *streamBus) passSlots(key string) chan struct{} {
 		return slots
 	}
 	if len(s.masterPasses) >= maxLanes {
-		return s.passes
+		// Forget the sets no pass holds a slot of: those of addresses
+		// that are no masters any more (a failover, a node that came
+		// back elsewhere), or of masters that are idle now, whose set
+		// is made again when needed (review AA,
+		// TestReviewAAPassSlotsForgetGoneMasters: before, the 65th
+		// master address ever seen got the shared set). A caller that
+		// took a set just before it is forgotten may still run a pass
+		// on it: a brief excess, once per maxLanes new addresses.
+		for a, ch := range s.masterPasses {
+			if len(ch) == 0 {
+				delete(s.masterPasses, a)
+			}
+		}
+		if len(s.masterPasses) >= maxLanes {
+			return s.passes
+		}
 	}
 	if s.masterPasses == nil {
 		s.masterPasses = make(map[string]chan struct{})

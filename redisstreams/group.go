@@ -1325,8 +1325,9 @@ func (g *groupSub) process(m *groupMsg) {
 
 	ev, err := decodeEvent(m.values)
 	if err != nil {
-		if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err) == nil {
-			g.s.acks.add(g.key, g.group, m.id)
+		note := &deadNote{}
+		if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err, note) == nil {
+			g.ackDelivered(m.id, note)
 		}
 		g.forget(m.id)
 		return
@@ -1384,8 +1385,9 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		m.attempt++
 		ev, err := decodeEvent(m.values)
 		if err != nil {
-			if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err) == nil {
-				g.s.acks.add(g.key, g.group, m.id)
+			note := &deadNote{}
+			if g.s.deadLetterUndecodable(g.topic, m.id, m.values, err, note) == nil {
+				g.ackDelivered(m.id, note)
 			}
 			return
 		}

@@ -728,12 +728,19 @@ func (g *groupSub) ackDelivered(id string, n *deadNote) {
 
 // deadLetterUndecodable dead-letters the stream entry id of topic, which
 // could not be decoded (err), with its raw fields as Data.
-func (s *streamBus) deadLetterUndecodable(topic, id string, values map[string]any, err error) error {
+//
+// note is nil for a fan-out subscription (a dead letter the replicas did
+// not acknowledge is an error); a group's, whose ack then goes through
+// ackDelivered, records such a dead letter counted stored.
+func (s *streamBus) deadLetterUndecodable(topic, id string, values map[string]any, err error, note *deadNote) error {
 	s.b.opts.Logger.Warn("redisstreams: undecodable stream entry; dead-lettering it", "topic", topic, "id", id, "err", err)
 	ctx, cancel := context.WithTimeout(context.Background(), pubsub.DeadLetterTimeout)
 	defer cancel()
+	if note != nil {
+		ctx = context.WithValue(ctx, deadNoteKey{}, note)
+	}
 	dead := pubsub.DeadLetterTopic(topic)
-	if err := s.publishDead(ctx, dead, undecodableEvent(topic, id, values, err)); err != nil {
+	if err := s.publishDeadAs(ctx, dead, undecodableEvent(topic, id, values, err), note != nil); err != nil {
 		s.b.opts.Logger.Warn("redisstreams: dead letter failed", "topic", topic, "id", id, "err", err)
 		return fmt.Errorf("redisstreams: dead-letter entry %s of %q to %q: %w", id, topic, dead, err)
 	}

@@ -1304,7 +1304,7 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 	}
 	r.mu.Unlock()
 	for _, p := range poisons {
-		_ = r.s.deadLetterUndecodable(p.topic, p.id, p.values, p.err)
+		_ = r.s.deadLetterUndecodable(p.topic, p.id, p.values, p.err, nil)
 	}
 }
 

@@ -161,7 +161,11 @@ type Options struct {
 	// reload the client's map of slots (go-redis alone would wait for
 	// ClusterStateReloadInterval, 60s by default), and the next calls go
 	// to the new master (TestSyncClusterFollowsSlotMove: a renewal retried
-	// every 20ms succeeded 189ms after the move). Default 0: replication stays asynchronous. It needs a
+	// every 20ms succeeded 189ms after the move); so does a transport
+	// error, as when the Cluster promoted the replica of a master that died
+	// (TestReviewAASyncedClusterFollowsFailover: a renewal succeeded 1ms
+	// after the promotion, where every call failed for the 15s the test
+	// waited). Default 0: replication stays asynchronous. It needs a
 	// *redis.Client (standalone or Sentinel) or a *redis.ClusterClient.
 	LeaseSyncReplicas int
 	// LeaseSyncAOF, when set, also makes acquire, transfer and renewals
@@ -183,14 +187,21 @@ type Options struct {
 	// within PublishSyncTimeout, or the WAIT fails, the publish returns an
 	// error wrapping ErrNotReplicated: the event is stored on the master and
 	// may be delivered, or lost in a failover; a retry may deliver it twice.
-	// A dead letter the replicas did not acknowledge counts as stored on a
-	// *redis.Client (one master: the failed entry's ack reaches the
-	// replicas after it, so a failover that loses the one loses the other,
-	// and the entry is dead-lettered again:
-	// TestDeadLetterUnsyncedLostInFailover), rather than being stored once
-	// more by every redelivery while a stall lasts
-	// (TestReviewDeadLetterRepeatsDuringStall); on a Cluster, where the
-	// dead-letter topic may live on another master, it counts as failed.
+	// A group subscription's dead letter the replicas did not acknowledge
+	// counts as stored on a *redis.Client (one master), rather than being
+	// stored once more by every redelivery while a stall lasts
+	// (TestReviewDeadLetterRepeatsDuringStall); the failed entry is then
+	// acked at once, by a script that acks it only while that dead letter
+	// is on the master, so a failover that loses the dead letter leaves
+	// the entry pending, and it is dead-lettered again
+	// (TestDeadLetterUnsyncedLostInFailover,
+	// TestReviewAADeadLetterAckAfterFailover: an ack sent through the usual
+	// batches after the master died reached the promoted master, which had
+	// the entry but not the dead letter). A fan-out subscription's (no ack
+	// to lose with it) and, on a Cluster, where the dead-letter topic may
+	// live on another master, any subscription's counts as failed: the
+	// event is redelivered, and each redelivery during a stall may store a
+	// copy (TestReviewAADeadLetterFanOutLostInFailover).
 	// A group subscription's reads end with the same WAIT, and what a read
 	// the replicas did not acknowledge delivered is not handed on until a
 	// later read's WAIT covers it (the read counts as one whose reply was
@@ -230,7 +241,10 @@ type Options struct {
 	// reply makes the Backend reload the client's map of slots, so a retry
 	// reaches the new master (TestSyncClusterFollowsSlotMove: 22ms after
 	// the move; before, such publishes failed until go-redis reloaded the
-	// map on its own, every 60s by default). PublishSyncTimeout must be below the client's
+	// map on its own, every 60s by default); a transport error does the
+	// same, for the promotion of a dead master's replica
+	// (TestReviewAASyncedClusterFollowsFailover: a publish succeeded 831ms
+	// after it). PublishSyncTimeout must be below the client's
 	// ReadTimeout (5s by default in go-redis v9.23; New returns an error
 	// wrapping ErrInvalid otherwise): a WAIT that timed out would read as a
 	// dead connection, and go-redis would send the publishes again. Default

@@ -635,30 +635,16 @@ func (b *Backend) Flush(ctx context.Context) error {
 
 // policy returns the delivery policy of a subscription to topic.
 func (s *streamBus) policy(topic string, h pubsub.Handler, cfg pubsub.SubscribeConfig) *pubsub.Policy {
-	publish := s.publishDead
-	if cfg.Group == "" {
-		// A fan-out subscription has no ack that a failover would lose
-		// with an unacknowledged dead letter: the dead letter must be
-		// acknowledged, or the event is redelivered (review AA,
-		// TestReviewAADeadLetterFanOutLostInFailover).
-		publish = func(ctx context.Context, dead string, e pubsub.Event) error {
-			return s.publishDeadAs(ctx, dead, e, false)
-		}
-	}
-	return pubsub.NewPolicy(topic, h, cfg, publish)
+	return pubsub.NewPolicy(topic, h, cfg, s.publishDead)
 }
 
 // publishDead stores the dead letter e on the topic dead. Unlike Publish it
 // works while the Backend closes (a subscription that is draining may
 // dead-letter), and it makes the metadata valid UTF-8 first: the reason and
-// the failed topic may hold any bytes.
+// the failed topic may hold any bytes. A dead letter the replicas did not
+// acknowledge (PublishSyncReplicas) counts as stored only for a group
+// delivery whose ctx carries a *deadNote, on a *redis.Client; see below.
 func (s *streamBus) publishDead(ctx context.Context, dead string, e pubsub.Event) error {
-	return s.publishDeadAs(ctx, dead, e, true)
-}
-
-// publishDeadAs is publishDead; unsyncedStored says whether a dead letter
-// the replicas did not acknowledge counts as stored on a *redis.Client.
-func (s *streamBus) publishDeadAs(ctx context.Context, dead string, e pubsub.Event, unsyncedStored bool) error {
 	fields, _, err := encodeEvent(validMetadata(e))
 	if err != nil {
 		return err
@@ -666,27 +652,28 @@ func (s *streamBus) publishDeadAs(ctx context.Context, dead string, e pubsub.Eve
 	key := s.b.keys.Stream(dead)
 	r := &pubReq{key: key, fields: fields, trim: s.trimDue()}
 	err = s.publishUnit(ctx, r)
-	if unsyncedStored && errors.Is(err, ErrNotReplicated) {
-		if _, ok := s.b.client.(*redis.Client); ok {
-			// The entry's ack must then find the dead letter where it
-			// lands (review AA, TestReviewAADeadLetterAckAfterFailover:
-			// an ack sent after the master died reached the promoted
-			// master, which never had the dead letter): the caller acks
-			// with ackIfDead when ctx carries a deadNote.
-			if n, _ := ctx.Value(deadNoteKey{}).(*deadNote); n != nil && r.id != "" {
-				n.key, n.id = key, r.id
-			}
-			// Stored on the master, only not acknowledged by the
-			// replicas (PublishSyncReplicas): count it stored, so that
-			// the entry is acked rather than redelivered and
-			// dead-lettered again for as long as a stall lasts (one
-			// copy per redelivery: TestReviewDeadLetterRepeatsDuringStall).
-			// On one master the ack goes to the replicas after the dead
-			// letter: a failover that loses the dead letter loses the
-			// ack too, and the entry is dead-lettered again
-			// (TestDeadLetterUnsyncedLostInFailover). On a
-			// Cluster the dead-letter topic may live on another master,
-			// so there it counts as failed (the entry is redelivered).
+	if errors.Is(err, ErrNotReplicated) {
+		// Stored on the master, only not acknowledged by the replicas
+		// (PublishSyncReplicas). On one master (*redis.Client), for a
+		// group delivery whose ctx carries a deadNote, count it stored,
+		// so that the entry is acked rather than redelivered and
+		// dead-lettered again for as long as a stall lasts (one copy per
+		// redelivery: TestReviewDeadLetterRepeatsDuringStall). The
+		// entry's ack must then find the dead letter where it lands: an
+		// ack sent through the acker after the master died reached the
+		// promoted master, which had the entry but never the dead letter
+		// (review AA, TestReviewAADeadLetterAckAfterFailover). So the
+		// caller acks with ackIfDead, which acks only while the dead
+		// letter is there; a failover that lost it leaves the entry
+		// pending, to be dead-lettered again
+		// (TestDeadLetterUnsyncedLostInFailover). Without a note (a
+		// fan-out subscription, which has no ack to lose with it:
+		// TestReviewAADeadLetterFanOutLostInFailover), or on a Cluster,
+		// where the dead-letter topic may live on another master, it
+		// counts as failed and the event is redelivered.
+		_, one := s.b.client.(*redis.Client)
+		if n, _ := ctx.Value(deadNoteKey{}).(*deadNote); one && n != nil && r.id != "" {
+			n.key, n.id = key, r.id
 			return nil
 		}
 	}
@@ -740,7 +727,7 @@ func (s *streamBus) deadLetterUndecodable(topic, id string, values map[string]an
 		ctx = context.WithValue(ctx, deadNoteKey{}, note)
 	}
 	dead := pubsub.DeadLetterTopic(topic)
-	if err := s.publishDeadAs(ctx, dead, undecodableEvent(topic, id, values, err), note != nil); err != nil {
+	if err := s.publishDead(ctx, dead, undecodableEvent(topic, id, values, err)); err != nil {
 		s.b.opts.Logger.Warn("redisstreams: dead letter failed", "topic", topic, "id", id, "err", err)
 		return fmt.Errorf("redisstreams: dead-letter entry %s of %q to %q: %w", id, topic, dead, err)
 	}

@@ -45,6 +45,18 @@
 // server with appendfsync always (TestLeaseRestartAppendOnly) and fail over
 // a Sentinel deployment (TestSentinelFailoverResumes) to show what survives.
 //
+// On a Cluster, go-redis sends a dead master's slots to that master until
+// it reloads its map of slots, which it does on its own only every
+// ClusterStateReloadInterval (60s by default). A Backend's calls that fail
+// on a transport error or a MOVED reply ask the client to reload it, so
+// that after the Cluster promoted the dead master's replica its slots work
+// again within a second or so of the promotion
+// (TestClusterMasterFailoverResumes: a renewal, an acquire, a publish and
+// a group delivery within 0-503ms, where each failed for the 15s the test
+// waited before; TestReviewAASyncedClusterFollowsFailover with the sync
+// options). The Cluster itself takes node-timeout (15s by default) and a
+// vote to promote the replica.
+//
 // # Retention and cleanup
 //
 // A topic is one stream. [Options].Retention (pubsub.DefaultRetention,

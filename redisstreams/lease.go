@@ -330,6 +330,7 @@ func (b *Backend) sendCall(ctx context.Context, c *leaseCall) {
 		_ = b.client.Process(ctx, c.cmd)
 	}
 	b.hints.note(c.script, c.cmd.Err())
+	b.reloadOnFailure(ctx, c.cmd)
 }
 
 // eval returns c's command as an EVAL of the script's source.
@@ -400,7 +401,7 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 	for _, c := range calls {
 		_ = p.Process(ctx, c.cmd)
 	}
-	_, _ = p.Exec(ctx) // each command carries its own error
+	b.execPipe(ctx, p) // each command carries its own error
 	var again redis.Pipeliner
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
@@ -413,7 +414,7 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 		}
 	}
 	if again != nil {
-		_, _ = again.Exec(ctx)
+		b.execPipe(ctx, again)
 	}
 	for _, c := range calls {
 		b.hints.note(c.script, c.cmd.Err())

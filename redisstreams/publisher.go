@@ -398,7 +398,7 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 	pipe := s.b.client.Pipeline()
 	cmds, trims := s.queue(ctx, pipe, batch)
 	seq := s.deletions()
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	s.b.execPipe(ctx, pipe) // errors are read per command
 	for i, r := range batch {
 		id, err := cmds[i].Result()
 		s.answer(r, id, err, seq)

@@ -127,17 +127,38 @@ func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, er
 }
 
 // execSynced sends pipe, a pipeline masterConn's client made, and leaves
-// each command's error on the command. When a command was answered MOVED
-// (its slot was moved to another master after the client last loaded its
-// map of slots), it asks a *redis.ClusterClient to load the map again, in
-// the background: nothing else would (MasterForKey does not follow MOVED,
-// and go-redis reloads the map on its own only every
-// ClusterStateReloadInterval, 60s by default), so every synced publish,
-// read, claim, acquire and renewal for that slot would fail that long
-// (TestSyncClusterFollowsSlotMove). An ASK is not followed either: the
-// slot is still moving, and the map would not change.
+// each command's error on the command; then reloadOnFailure. MasterForKey
+// does not follow MOVED, so without the reload every synced publish, read,
+// claim, acquire and renewal for a slot that moved would fail until
+// go-redis reloads the map on its own (TestSyncClusterFollowsSlotMove). An
+// ASK is not followed either: the slot is still moving, and the map would
+// not change.
 func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, _ := pipe.Exec(ctx) // errors are read per command
+	b.reloadOnFailure(ctx, cmds...)
+}
+
+// execPipe sends pipe, a pipeline of the Backend's client, and leaves each
+// command's error on the command; then reloadOnFailure.
+func (b *Backend) execPipe(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, _ := pipe.Exec(ctx) // errors are read per command
+	b.reloadOnFailure(ctx, cmds...)
+}
+
+// reloadOnFailure asks a *redis.ClusterClient to load its map of slots
+// again, in the background, when one of cmds was answered MOVED or failed
+// on a transport error (except after the client was closed). After the
+// Cluster promoted the replica of a master that died, nothing else would
+// for up to a minute: the dead master answers nothing, so no MOVED comes,
+// and go-redis sends that master's slots to it, retries included, until it
+// reloads the map on its own every ClusterStateReloadInterval (60s by
+// default). Every call of a Backend on a default ClusterClient for those
+// slots failed for the 15s TestClusterMasterFailoverResumes waited (review
+// AA saw a plain XLEN fail 38-53s after the kill); the synced calls too
+// (TestReviewAASyncedClusterFollowsFailover). go-redis coalesces the
+// requests: one load, then at most one more per 200ms, while calls fail.
+// On any other client it does nothing.
+func (b *Backend) reloadOnFailure(ctx context.Context, cmds ...redis.Cmder) {
 	cc, ok := b.client.(*redis.ClusterClient)
 	if !ok {
 		return
@@ -147,14 +168,7 @@ func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner) {
 		if err == nil {
 			continue
 		}
-		_, moved := redis.IsMovedError(err)
-		// A transport error too (review AA,
-		// TestReviewAASyncedClusterFollowsFailover): after the Cluster
-		// promoted the replica of a master that died, the dead master
-		// answers nothing, so no MOVED comes, and MasterForKey named it
-		// until go-redis's own reload (60s). LazyReload coalesces the
-		// requests: at most one load per 200ms while the master is down.
-		if moved || (isNetErr(err) && !errors.Is(err, redis.ErrClosed)) {
+		if _, moved := redis.IsMovedError(err); moved || (isNetErr(err) && !errors.Is(err, redis.ErrClosed)) {
 			cc.ReloadState(ctx)
 			return
 		}

@@ -152,7 +152,7 @@ func (s *streamBus) sendReads(ctx context.Context, batch []*readReq) {
 				_ = p.Process(ctx, c)
 			}
 		}
-		_, _ = p.Exec(ctx)
+		s.b.execPipe(ctx, p)
 	}
 	for _, r := range batch {
 		close(r.done)

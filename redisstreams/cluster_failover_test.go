@@ -23,6 +23,7 @@ import (
 // and a group subscription's delivery of an event published after the
 // promotion each succeed within 15s (retried every 20ms).
 func TestClusterMasterFailoverResumes(t *testing.T) {
+	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{Logger: slog.New(slog.DiscardHandler)})

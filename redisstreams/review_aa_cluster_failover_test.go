@@ -27,6 +27,7 @@ import (
 // publish and a synced renewal of a lease held across the failover, each
 // retried every 20ms, succeed within 15s.
 func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
+	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	// Two replicas per master: after the failover the other one follows the
 	// promoted master, so that a synced call can succeed there.
 	cl := redistest.StartClusterReplicas(t, 3, 2)

@@ -32,6 +32,7 @@ import (
 // every event published before and after its slot moved, once each, and
 // a publish while the slot moves (ASK) fails.
 func TestSyncClusterFollowsSlotMove(t *testing.T) {
+	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{PublishSyncReplicas: 1, LeaseSyncReplicas: 1, Logger: slog.New(slog.DiscardHandler)})

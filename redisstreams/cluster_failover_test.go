@@ -23,7 +23,6 @@ import (
 // and a group subscription's delivery of an event published after the
 // promotion each succeed within 15s (retried every 20ms).
 func TestClusterMasterFailoverResumes(t *testing.T) {
-	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -66,40 +65,16 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 	}
 	// The replica has what the master had (the lease, the group).
 	awaitSyncedClient(t, m)
-	var victim *redistest.Server
-	for _, n := range cl.Nodes() {
-		if n.Addr() == addr {
-			victim = n
-		}
-	}
-	victim.Kill(t)
-	killed := time.Now()
-	rc := replicas[0].Client(t)
-	for {
-		if role, err := rc.Do(ctx, "ROLE").Slice(); err == nil && role[0] == "master" {
-			break
-		}
-		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("the replica of %s was not promoted within 30s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("replica %s promoted %v after the kill of %s", replicas[0].Addr(), time.Since(killed).Round(time.Millisecond), addr)
+	victim, _ := killAndAwaitPromotion(t, cl, addr, replicas)
 	const bound = 15 * time.Second
 	retry := func(what string, f func() error) {
 		t.Helper()
-		start := time.Now()
-		failed := 0
-		var last error
-		for time.Since(start) < bound {
-			if last = f(); last == nil {
-				t.Logf("%s succeeded %v after the promotion (%d calls failed first)", what, time.Since(start).Round(time.Millisecond), failed)
-				return
-			}
-			failed++
-			time.Sleep(20 * time.Millisecond)
+		took, failed, err := retryUntil(bound, f)
+		if err != nil {
+			t.Errorf("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, err)
+			return
 		}
-		t.Errorf("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, last)
+		t.Logf("%s succeeded %v after the promotion (%d calls failed first)", what, took.Round(time.Millisecond), failed)
 	}
 	retry("renew", func() error {
 		ok, err := b.RenewLease(ctx, held, "o", time.Minute)

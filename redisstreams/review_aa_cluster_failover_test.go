@@ -27,7 +27,6 @@ import (
 // publish and a synced renewal of a lease held across the failover, each
 // retried every 20ms, succeed within 15s.
 func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
-	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	// Two replicas per master: after the failover the other one follows the
 	// promoted master, so that a synced call can succeed there.
 	cl := redistest.StartClusterReplicas(t, 3, 2)
@@ -62,27 +61,7 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 	if len(replicas) != 2 {
 		t.Fatalf("replicas of %s: %d, want 2", addr, len(replicas))
 	}
-	var victim *redistest.Server
-	for _, n := range cl.Nodes() {
-		if n.Addr() == addr {
-			victim = n
-		}
-	}
-	victim.Kill(t)
-	killed := time.Now()
-	var promoted *redistest.Server
-	for promoted == nil {
-		for _, r := range replicas {
-			if role, err := r.Client(t).Do(ctx, "ROLE").Slice(); err == nil && role[0] == "master" {
-				promoted = r
-			}
-		}
-		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("no replica of %s promoted within 30s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("replica %s promoted %v after the kill of %s", promoted.Addr(), time.Since(killed).Round(time.Millisecond), addr)
+	victim, _ := killAndAwaitPromotion(t, cl, addr, replicas)
 	const bound = 15 * time.Second
 	retry := func(what string, f func() error) {
 		t.Helper()
@@ -90,18 +69,12 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 		if what == "unsynced XLEN" {
 			report = t.Logf // not asserted: go-redis's own routing
 		}
-		start := time.Now()
-		failed := 0
-		var last error
-		for time.Since(start) < bound {
-			if last = f(); last == nil {
-				t.Logf("%s succeeded %v after the promotion (%d calls failed first)", what, time.Since(start).Round(time.Millisecond), failed)
-				return
-			}
-			failed++
-			time.Sleep(20 * time.Millisecond)
+		took, failed, err := retryUntil(bound, f)
+		if err != nil {
+			report("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, err)
+			return
 		}
-		report("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, last)
+		t.Logf("%s succeeded %v after the promotion (%d calls failed first)", what, took.Round(time.Millisecond), failed)
 	}
 	retry("publish", func() error { return b.Publish(ctx, topic, pubsub.Event{ID: "after", Type: "t"}) })
 	retry("renew", func() error {

@@ -32,28 +32,19 @@ import (
 // every event published before and after its slot moved, once each, and
 // a publish while the slot moves (ASK) fails.
 func TestSyncClusterFollowsSlotMove(t *testing.T) {
-	t.Parallel() // waits for a failover or a slot move: beside another (CI time)
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{PublishSyncReplicas: 1, LeaseSyncReplicas: 1, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
 	const bound = 10 * time.Second
-	// retry calls f every 20ms until it succeeds, and returns how long
-	// that took and how many calls failed first.
+	// retry is retryUntil, failing t when no call succeeded.
 	retry := func(t *testing.T, what string, f func() error) (time.Duration, int) {
 		t.Helper()
-		start := time.Now()
-		failed := 0
-		var last error
-		for time.Since(start) < bound {
-			if last = f(); last == nil {
-				return time.Since(start), failed
-			}
-			failed++
-			time.Sleep(20 * time.Millisecond)
+		took, failed, err := retryUntil(bound, f)
+		if err != nil {
+			t.Fatalf("%s: %d calls in %v after the slot moved all failed, the last with: %v", what, failed, bound, err)
 		}
-		t.Fatalf("%s: %d calls in %v after the slot moved all failed, the last with: %v", what, failed, bound, last)
-		return 0, 0
+		return took, failed
 	}
 
 	t.Run("publish", func(t *testing.T) {

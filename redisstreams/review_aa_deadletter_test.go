@@ -2,17 +2,13 @@ package redisstreams
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -32,50 +28,19 @@ import (
 // TestDeadLetterUnsyncedLostInFailover asserts for a group: within 30s
 // the promoted master holds a dead letter of e1.
 func TestReviewAADeadLetterFanOutLostInFailover(t *testing.T) {
-	st := redistest.StartSentinel(t, 2)
-	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	ctx := t.Context()
 	const topic = "aa-dead-fanout"
-	deadKey := b.keys.Stream(pubsub.DeadLetterTopic(topic))
-	awaitSynced(t, b, topic)
-	var (
-		once   sync.Once
-		resume func()
-		runs   atomic.Int32
-	)
-	stalled := make(chan struct{})
-	h := func(ctx context.Context, ev pubsub.Event) error {
-		if ev.ID == "e1" {
-			runs.Add(1)
-			once.Do(func() { resume = st.StallReplication(t); close(stalled) })
-			return errors.New("fails")
-		}
-		return nil
-	}
-	sub, err := b.Subscribe(ctx, topic, h, pubsub.MaxDeliveries(1))
+	d := startDeadStall(t, topic, nil)
+	sub, err := d.b.Subscribe(t.Context(), topic, d.handler(t), pubsub.MaxDeliveries(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe(context.Background()) }()
-	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-stalled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("e1 not run within 10s")
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			resume()
-		}
-	}()
-	master := st.Master().Client(t)
+	d.publishAndAwaitStall(t, topic)
+	master := d.st.Master().Client(t)
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	var lostID string
 	for {
-		if ids := deadLetters(t, master, deadKey, "e1"); len(ids) == 1 {
+		if ids := deadLetters(t, master, d.deadKey, "e1"); len(ids) == 1 {
 			lostID = ids[0]
 			break
 		}
@@ -87,27 +52,8 @@ func TestReviewAADeadLetterFanOutLostInFailover(t *testing.T) {
 	// Let the subscription take the unsynced dead letter as stored (its
 	// WAIT ends after PublishSyncTimeout).
 	time.Sleep(400 * time.Millisecond)
-	resumed = true
-	start := time.Now()
-	st.FailoverAfterKill(t, resume)
-	promoted := st.Master().Client(t)
-	const bound = 30 * time.Second
-	for {
-		ids := deadLetters(t, promoted, deadKey, "e1")
-		for _, id := range ids {
-			if id == lostID {
-				t.Fatalf("premise: the promoted master holds the dead letter %s written during the stall", id)
-			}
-		}
-		if len(ids) >= 1 {
-			t.Logf("dead letter %s lost with the master; e1 dead-lettered again as %v", lostID, ids)
-			return
-		}
-		if time.Since(start) > bound {
-			t.Fatalf("%v after the failover began the promoted master holds no dead letter of e1: the dead letter %s (counted stored, never acknowledged by a replica) was lost with the master and e1 was not dead-lettered again (handler ran %d times)", bound, lostID, runs.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	promoted, start := d.failover(t)
+	d.awaitDeadAgain(t, promoted, "", lostID, start)
 }
 
 // ackGate is a go-redis hook that stops the first pipeline holding an
@@ -180,33 +126,16 @@ func (g *ackGate) hold(c redis.Cmder) bool {
 // ack deadline is 10s) the promoted master holds a dead letter of e1 and
 // nothing pending.
 func TestReviewAADeadLetterAckAfterFailover(t *testing.T) {
-	st := redistest.StartSentinel(t, 2)
-	c := st.Client(t)
-	b := psBackend(t, c, Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	ctx := t.Context()
 	const topic = "aa-dead-ack"
-	key := b.keys.Stream(topic)
-	deadKey := b.keys.Stream(pubsub.DeadLetterTopic(topic))
+	gate := &ackGate{reached: make(chan struct{}), release: make(chan struct{})}
+	d := startDeadStall(t, topic, gate)
+	gate.key, gate.dead = d.key, d.deadKey
+	d.onStall = func() { gate.armed.Store(true) }
 	// An ack deadline longer than the failover (the default is 30s): with
 	// 1s, the promoted master's e1 is taken over and dead-lettered again
 	// while the ack is held, before it lands.
 	const ackDeadline = 10 * time.Second
-	gate := &ackGate{key: key, dead: deadKey, reached: make(chan struct{}), release: make(chan struct{})}
-	c.AddHook(gate)
-	awaitSynced(t, b, topic)
-	var (
-		once   sync.Once
-		resume func()
-	)
-	stalled := make(chan struct{})
-	h := func(ctx context.Context, ev pubsub.Event) error {
-		if ev.ID == "e1" {
-			once.Do(func() { gate.armed.Store(true); resume = st.StallReplication(t); close(stalled) })
-			return errors.New("fails")
-		}
-		return nil
-	}
-	sub, err := b.Subscribe(ctx, topic, h, pubsub.Group("g"), pubsub.MaxDeliveries(1), pubsub.AckDeadline(ackDeadline))
+	sub, err := d.b.Subscribe(t.Context(), topic, d.handler(t), pubsub.Group("g"), pubsub.MaxDeliveries(1), pubsub.AckDeadline(ackDeadline))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,52 +146,21 @@ func TestReviewAADeadLetterAckAfterFailover(t *testing.T) {
 		}
 		_ = sub.Unsubscribe(context.Background())
 	}()
-	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-stalled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("e1 not run within 10s")
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			resume()
-		}
-	}()
+	d.publishAndAwaitStall(t, topic)
 	select {
 	case <-gate.reached:
 	case <-time.After(5 * time.Second):
 		t.Fatal("premise: no ack of e1 within 5s of the stall (the dead letter did not count as stored)")
 	}
-	master := st.Master().Client(t)
-	ids := deadLetters(t, master, deadKey, "e1")
-	if len(ids) != 1 || groupPending(t, master, key, "g") != 1 {
+	master := d.st.Master().Client(t)
+	ids := deadLetters(t, master, d.deadKey, "e1")
+	if len(ids) != 1 || groupPending(t, master, d.key, "g") != 1 {
 		t.Fatalf("premise: the master holds dead letters %v of e1, want 1, and e1 pending", ids)
 	}
-	lostID := ids[0]
-	resumed = true
-	start := time.Now()
-	st.FailoverAfterKill(t, resume)
+	promoted, start := d.failover(t)
 	released = true
 	close(gate.release)
-	promoted := st.Master().Client(t)
-	const bound = 30 * time.Second
-	for {
-		ids, pending := deadLetters(t, promoted, deadKey, "e1"), groupPending(t, promoted, key, "g")
-		for _, id := range ids {
-			if id == lostID {
-				t.Fatalf("premise: the promoted master holds the dead letter %s written during the stall", id)
-			}
-		}
-		if len(ids) >= 1 && pending == 0 {
-			t.Logf("e1 dead-lettered again as %v", ids)
-			return
-		}
-		if time.Since(start) > bound {
-			t.Fatalf("%v after the failover began the promoted master holds dead letters %v of e1 and %d pending entries: e1 was acked on the promoted master, which never had its dead letter %s: e1 is lost", bound, ids, pending, lostID)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Were e1 acked on the promoted master, which never had its dead
+	// letter, it would be lost: nothing pending and no dead letter.
+	d.awaitDeadAgain(t, promoted, "g", ids[0], start)
 }

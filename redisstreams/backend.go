@@ -154,10 +154,15 @@ type Options struct {
 	// trip's worth of waiting for the replica on every acquire, transfer
 	// and renewal pipeline; acquires, transfers and RenewLease calls are no
 	// longer coalesced with other lease calls (BENCHMARKS.md). On a Cluster
-	// the synced calls go to the key's master's own client and do not
-	// follow MOVED or ASK: while a slot moves (ASK), its acquires fail and
-	// its renewals too, so its leases are lost at their deadlines (failing
-	// closed). Once it has moved, the first MOVED reply makes the Backend
+	// the synced calls go to the key's master's own client, which does not
+	// follow MOVED; an ASK is followed (see PublishSyncReplicas), but while
+	// a lease's slot migrates its acquires, transfers and renewals fail
+	// anyway, with TRYAGAIN, synced or not: the lease scripts declare the
+	// lease's revoked mark, which exists only after a revoke, and Redis
+	// refuses a command of several keys in a migrating slot unless all of
+	// them are on the node that gets it (TestSyncClusterFollowsAsk), so the
+	// slot's leases are lost at their deadlines (failing closed) if the
+	// migration outlasts them. Once it has moved, the first MOVED reply makes the Backend
 	// reload the client's map of slots (go-redis alone would wait for
 	// ClusterStateReloadInterval, 60s by default), and the next calls go
 	// to the new master (TestSyncClusterFollowsSlotMove: a renewal retried
@@ -235,9 +240,23 @@ type Options struct {
 	// batch of coalesced publishes waits for the replicas' acknowledgement
 	// (one batch is in flight at a time), which lowers throughput
 	// (BENCHMARKS.md). On Cluster the per-master pipelines do not follow
-	// MOVED or ASK: a publish to a slot that is moving returns that error
-	// (retry it), and a group subscription's reads and claims of it fail
-	// and are tried again later. Once the slot has moved, the first MOVED
+	// MOVED, but they follow ASK: while a slot migrates (a resharding, such
+	// as redis-cli --cluster reshard, slow on a big slot or left
+	// unfinished), the commands the source answers ASK for (their key moved
+	// already, or is new) are sent again to the migration's target, each
+	// after ASKING, in one pipeline with the same WAIT, which then counts
+	// the target's replicas; a call whose writes went to both masters
+	// succeeds only once both WAITs counted enough. A command answered ASK
+	// never ran on the source, so none runs twice
+	// (TestSyncClusterFollowsAsk: publishes, a batch spanning keys moved
+	// and not, a group subscription's reads and a claim succeed while the
+	// migration is unfinished; with the target's replica paused a publish
+	// fails with ErrNotReplicated). A group read whose stream and read
+	// guard are on different nodes (between two MIGRATE batches) fails
+	// with TRYAGAIN and is tried again later. The target must be a master
+	// in the client's map of slots: a node that owns no slot yet (one
+	// added for the resharding) is not, and calls for keys already moved to
+	// it fail, saying so, until its first slot has moved. Once the slot has moved, the first MOVED
 	// reply makes the Backend reload the client's map of slots, so a retry
 	// reaches the new master (TestSyncClusterFollowsSlotMove: 22ms after
 	// the move; before, such publishes failed until go-redis reloaded the

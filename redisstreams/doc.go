@@ -57,6 +57,18 @@
 // options). The Cluster itself takes node-timeout (15s by default) and a
 // vote to promote the replica.
 //
+// While a Cluster slot migrates (MIGRATING on its master, IMPORTING on the
+// target, as redis-cli --cluster reshard leaves it for as long as it moves
+// the slot's keys), go-redis follows the source's ASK replies, and so do
+// the synced calls of the sync options, which go to the key's master's own
+// client: they send the commands answered ASK again to the target, after
+// ASKING, with the WAIT, which then counts the target's replicas
+// (TestSyncClusterFollowsAsk). Lease calls of a migrating slot fail
+// nevertheless, synced or not: Redis answers TRYAGAIN to a command of
+// several keys in a migrating slot unless all of them are on the node that
+// gets it, and the lease scripts declare the lease's revoked mark, which
+// exists only after a revoke. They work again once the migration ends.
+//
 // # Retention and cleanup
 //
 // A topic is one stream. [Options].Retention (pubsub.DefaultRetention,

@@ -76,15 +76,19 @@ func (b *Backend) sendSynced(ctx context.Context, calls []*leaseCall, key string
 		}
 		var wait *redis.IntCmd
 		var waitAOF *redis.SliceCmd
+		var waits []redis.Cmder
 		if b.opts.LeaseSyncReplicas > 0 {
 			wait = redis.NewIntCmd(ctx, "wait", b.opts.LeaseSyncReplicas, timeout)
-			_ = p.Process(ctx, wait)
+			waits = append(waits, wait)
 		}
 		if b.opts.LeaseSyncAOF {
 			waitAOF = redis.NewSliceCmd(ctx, "waitaof", 1, b.opts.LeaseSyncReplicas, timeout)
-			_ = p.Process(ctx, waitAOF)
+			waits = append(waits, waitAOF)
 		}
-		b.execSynced(ctx, p) // each command carries its own error
+		for _, w := range waits {
+			_ = p.Process(ctx, w)
+		}
+		b.execSynced(ctx, p, conn.Options().Addr, waits...) // each command carries its own error
 		return wait, waitAOF
 	}
 	wait, waitAOF := send(calls)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -30,8 +32,8 @@ type syncPart struct {
 // runSyncedNow does for leases: a batch's lane may be "" and span masters
 // when the client had no map of slots when it was formed), each part a
 // pipeline on that master's own client, so that its WAIT follows its own
-// writes; a MOVED or ASK reply is not followed there, the request fails
-// with it. The parts go out concurrently, as go-redis sends a Cluster
+// writes; a MOVED reply is not followed there, the request fails with it,
+// and an ASK reply is followed by execSynced. The parts go out concurrently, as go-redis sends a Cluster
 // pipeline's per-node parts: each may wait for its replicas up to
 // PublishSyncTimeout, and one after the other those waits would add up.
 // A request whose write succeeded but whose master's WAIT failed or
@@ -45,7 +47,7 @@ func (s *streamBus) syncedPipeline(ctx context.Context, batch []*pubReq) {
 		p.cmds, p.trims = s.queue(ctx, pipe, p.reqs)
 		p.wait = redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 		_ = pipe.Process(ctx, p.wait)
-		s.b.execSynced(ctx, pipe)
+		p.addr = s.b.execSynced(ctx, pipe, p.addr, p.wait)
 	}
 	if len(parts) == 1 {
 		send(parts[0])
@@ -117,8 +119,8 @@ func (s *streamBus) syncParts(ctx context.Context, batch []*pubReq) []*syncPart 
 // masterConn returns the client to send a pipeline for key on that ends
 // with WAIT (the Options' sync settings): the *redis.Client itself, or on
 // a *redis.ClusterClient the own client of key's master (MasterForKey, so
-// the WAIT follows writes on that master's connection; MOVED and ASK are
-// not followed there). New allows the sync options only on these two.
+// the WAIT follows writes on that master's connection; MOVED is not
+// followed there, ASK is by execSynced). New allows the sync options only on these two.
 func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, error) {
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		return cc.MasterForKey(ctx, key)
@@ -126,16 +128,179 @@ func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, er
 	return b.client.(*redis.Client), nil
 }
 
-// execSynced sends pipe, a pipeline masterConn's client made, and leaves
-// each command's error on the command; then reloadOnFailure. MasterForKey
-// does not follow MOVED, so without the reload every synced publish, read,
-// claim, acquire and renewal for a slot that moved would fail until
-// go-redis reloads the map on its own (TestSyncClusterFollowsSlotMove). An
-// ASK is not followed either: the slot is still moving, and the map would
-// not change.
-func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner) {
+// execSynced sends pipe, a pipeline of conn (the client masterConn
+// returned, whose address is addr) that ends with waits (WAIT, and WAITAOF
+// for leases), and leaves each command's error on the command; then
+// reloadOnFailure. MasterForKey does not follow MOVED, so without the
+// reload every synced publish, read, claim, acquire and renewal for a slot
+// that moved would fail until go-redis reloads the map on its own
+// (TestSyncClusterFollowsSlotMove).
+//
+// While a slot migrates (MIGRATING on addr, IMPORTING on the target), addr
+// answers ASK for each command whose key is no longer there (moved, or
+// never created), and the map of slots does not change until the migration
+// ends, so execSynced follows the ASKs itself (followAsk): it sends the
+// commands answered ASK again, each after ASKING, followed by the same
+// waits, in one pipeline on the target's connection, and leaves on each of
+// waits the weaker of its two answers (the target's alone when every other
+// command was answered ASK): so a call succeeds only once the replicas of
+// each master that ran one of its writes acknowledged them. Only the
+// commands answered ASK go again, and a command answered ASK never ran (the
+// server answers ASK before running it; a script that fails half way on a
+// key that left does not answer ASK but "ERR Script attempted to access a
+// non local key"), so none runs twice. It returns where the waits were
+// answered: addr, the target, or both, for error messages.
+func (b *Backend) execSynced(ctx context.Context, pipe redis.Pipeliner, addr string, waits ...redis.Cmder) string {
 	cmds, _ := pipe.Exec(ctx) // errors are read per command
 	b.reloadOnFailure(ctx, cmds...)
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		return b.followAsk(ctx, cc, cmds, addr, waits)
+	}
+	return addr
+}
+
+// followAsk is execSynced's following of ASK replies among cmds, the
+// commands of a pipeline sent to addr, waits last.
+func (b *Backend) followAsk(ctx context.Context, cc *redis.ClusterClient, cmds []redis.Cmder, addr string, waits []redis.Cmder) string {
+	var targets []string
+	asked := map[string][]redis.Cmder{}
+	ranHere, noRetry := false, false
+	for _, c := range cmds {
+		if slices.Contains(waits, c) {
+			continue
+		}
+		noRetry = noRetry || c.NoRetry()
+		target, ok := redis.IsAskError(c.Err())
+		if !ok {
+			ranHere = true // ran, or failed otherwise: addr's waits count
+			continue
+		}
+		if asked[target] == nil {
+			targets = append(targets, target)
+		}
+		asked[target] = append(asked[target], c)
+	}
+	where := ""
+	if ranHere {
+		where = addr
+	}
+	for _, target := range targets {
+		conn, err := askTarget(ctx, cc, target)
+		if err != nil {
+			for _, c := range asked[target] {
+				c.SetErr(fmt.Errorf("%w (not followed: %w)", c.Err(), err))
+			}
+			continue
+		}
+		p := conn.Pipeline()
+		before := make([]error, len(asked[target]))
+		for i, c := range asked[target] {
+			// ASKING lets the next command only run on the importing
+			// node; in MULTI it would last until EXEC, but EXEC counts
+			// the keys of all its commands as one multi-key command
+			// (TRYAGAIN as soon as one is missing), and WAIT does not
+			// wait inside MULTI. A command go-redis never retries keeps
+			// this pipeline from being retried, as it kept addr's.
+			var asking redis.Cmder = redis.NewStatusCmd(ctx, "asking")
+			if i == 0 && noRetry {
+				asking = redis.NewRawWriteToCmd(ctx, io.Discard, "asking")
+			}
+			_ = p.Process(ctx, asking)
+			_ = p.Process(ctx, c)
+			before[i] = c.Err()
+		}
+		again := make([]redis.Cmder, len(waits))
+		for i, w := range waits {
+			again[i] = redis.NewCmd(ctx, w.Args()...)
+			_ = p.Process(ctx, again[i])
+		}
+		_, execErr := p.Exec(ctx)
+		b.reloadOnFailure(ctx, p.Cmds()...)
+		for i, c := range asked[target] {
+			if execErr != nil && errors.Is(c.Err(), before[i]) {
+				c.SetErr(execErr) // no reply: go-redis left the ASK error
+			}
+		}
+		for i, w := range waits {
+			mergeWait(w, again[i].(*redis.Cmd), where == "", target)
+		}
+		if where == "" {
+			where = target
+		} else {
+			where += " and its ASK target " + target
+		}
+	}
+	if where == "" {
+		where = addr
+	}
+	return where
+}
+
+// askTarget returns the client of the master at addr, an ASK's target,
+// from the Cluster client's map of slots, or an error when the map has no
+// such master: a node that owns no slot yet (a node added for the
+// resharding, until its first slot is moved) is not in it.
+func askTarget(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var found *redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found == nil {
+		if err == nil {
+			err = fmt.Errorf("the ASK target %s is not a master in the client's map of slots (it owns no slot yet)", addr)
+		}
+		return nil, err
+	}
+	return found, nil
+}
+
+// mergeWait leaves on w, a wait (WAIT: *redis.IntCmd; WAITAOF:
+// *redis.SliceCmd) answered on the source of an ASK, the weaker of its
+// answer and again's, the same wait answered on the ASK's target, or
+// again's alone when only is set: an error if either failed, else the
+// lower count of each.
+func mergeWait(w redis.Cmder, again *redis.Cmd, only bool, target string) {
+	if err := again.Err(); err != nil {
+		w.SetErr(fmt.Errorf("on ASK target %s: %w", target, err))
+		return
+	}
+	if !only && w.Err() != nil {
+		return // the source's failure stands
+	}
+	w.SetErr(nil)
+	switch w := w.(type) {
+	case *redis.IntCmd:
+		n, err := again.Int64()
+		if err != nil {
+			w.SetErr(fmt.Errorf("on ASK target %s: %w", target, err))
+		} else if only || n < w.Val() {
+			w.SetVal(n)
+		}
+	case *redis.SliceCmd:
+		v, err := again.Slice()
+		switch {
+		case err != nil:
+			w.SetErr(fmt.Errorf("on ASK target %s: %w", target, err))
+		case only || len(v) != len(w.Val()):
+			w.SetVal(v)
+		default:
+			low := slices.Clone(w.Val())
+			for i := range low {
+				if toInt64(v[i]) < toInt64(low[i]) {
+					low[i] = v[i]
+				}
+			}
+			w.SetVal(low)
+		}
+	default:
+		w.SetErr(fmt.Errorf("redisstreams: cannot merge %s answered on ASK target %s", w.Name(), target))
+	}
 }
 
 // execPipe sends pipe, a pipeline of the Backend's client, and leaves each
@@ -177,8 +342,8 @@ func (b *Backend) reloadOnFailure(ctx context.Context, cmds ...redis.Cmder) {
 
 // xclaim runs XCLAIM a. With Options.PublishSyncReplicas it goes, followed
 // by WAIT, in one pipeline on the master of a.Stream (on a
-// *redis.ClusterClient that master's own client, not following MOVED or
-// ASK), and when the WAIT failed or counted fewer replicas the entries it
+// *redis.ClusterClient that master's own client, not following MOVED; ASK
+// is followed by execSynced), and when the WAIT failed or counted fewer replicas the entries it
 // returns come with an error wrapping ErrNotReplicated: they were claimed
 // on the master, but a failover could undo the claim, and with it the
 // delivery count an earlier read or claim that was never acknowledged
@@ -199,7 +364,7 @@ func (s *streamBus) xclaim(ctx context.Context, a *redis.XClaimArgs) ([]redis.XM
 	claim := pipe.XClaim(ctx, a)
 	wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 	_ = pipe.Process(ctx, wait)
-	s.b.execSynced(ctx, pipe)
+	addr = s.b.execSynced(ctx, pipe, addr, wait)
 	msgs, err := claim.Result()
 	if err != nil {
 		return nil, err

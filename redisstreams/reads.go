@@ -162,7 +162,8 @@ func (s *streamBus) sendReads(ctx context.Context, batch []*readReq) {
 // sendReadsSynced is sendReads with Options.PublishSyncReplicas: the reads
 // of each master (one on a *redis.Client; on a *redis.ClusterClient, split
 // by master as syncedPipeline splits publishes, each part on that master's
-// own client, not following MOVED or ASK) go in one pipeline ending with
+// own client, not following MOVED; ASK is followed by execSynced) go in
+// one pipeline ending with
 // WAIT, the parts concurrently, and each read of a part whose WAIT failed
 // or counted fewer replicas gets that part's error in unsynced. A read
 // whose master cannot be found gets that error on each of its commands.
@@ -198,8 +199,8 @@ func (s *streamBus) sendReadsSynced(ctx context.Context, batch []*readReq) {
 		}
 		wait := redis.NewIntCmd(ctx, "wait", s.b.opts.PublishSyncReplicas, s.b.opts.PublishSyncTimeout.Milliseconds())
 		_ = pipe.Process(ctx, wait)
-		s.b.execSynced(ctx, pipe)
-		if err := s.notReplicated(&syncPart{addr: p.addr, wait: wait}); err != nil {
+		where := s.b.execSynced(ctx, pipe, p.addr, wait)
+		if err := s.notReplicated(&syncPart{addr: where, wait: wait}); err != nil {
 			for _, r := range p.reqs {
 				r.unsynced = fmt.Errorf("redisstreams: read of %q: %w", r.key, err)
 			}

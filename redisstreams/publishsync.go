@@ -128,8 +128,8 @@ func (b *Backend) masterConn(ctx context.Context, key string) (*redis.Client, er
 	return b.client.(*redis.Client), nil
 }
 
-// execSynced sends pipe, a pipeline of conn (the client masterConn
-// returned, whose address is addr) that ends with waits (WAIT, and WAITAOF
+// execSynced sends pipe, a pipeline of the client masterConn returned
+// (whose address is addr) that ends with waits (WAIT, and WAITAOF
 // for leases), and leaves each command's error on the command; then
 // reloadOnFailure. MasterForKey does not follow MOVED, so without the
 // reload every synced publish, read, claim, acquire and renewal for a slot
@@ -214,8 +214,8 @@ func (b *Backend) followAsk(ctx context.Context, cc *redis.ClusterClient, cmds [
 			again[i] = redis.NewCmd(ctx, w.Args()...)
 			_ = p.Process(ctx, again[i])
 		}
-		_, execErr := p.Exec(ctx)
-		b.reloadOnFailure(ctx, p.Cmds()...)
+		sent, execErr := p.Exec(ctx)
+		b.reloadOnFailure(ctx, sent...) // a MOVED: the migration ended, or was undone
 		for i, c := range asked[target] {
 			if execErr != nil && errors.Is(c.Err(), before[i]) {
 				c.SetErr(execErr) // no reply: go-redis left the ASK error
@@ -227,7 +227,7 @@ func (b *Backend) followAsk(ctx context.Context, cc *redis.ClusterClient, cmds [
 		if where == "" {
 			where = target
 		} else {
-			where += " and its ASK target " + target
+			where += " and ASK target " + target
 		}
 	}
 	if where == "" {

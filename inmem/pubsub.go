@@ -241,10 +241,12 @@ func (bus *bus) publish(name, group string, e pubsub.Event) error {
 // A fan-out subscription gets every event; a nacked one (handler error or
 // panic) is redelivered to it after pubsub.RedeliveryDelay. A group keeps its
 // position and its unacked events in the Backend while it has no members.
-// A group delivery is redelivered to any live member after a nack, at once
-// when its member unsubscribes without acking it, and to another member when
-// it is not acked within its AckDeadline (read from the Backend's Clock); a
-// late ack of the first attempt still counts. AckDeadline does not apply to
+// A group delivery is redelivered to any live member after a nack (after the
+// nacking member's RedeliveryDelay, or at once when that member unsubscribes
+// first), at once when its member unsubscribes without acking it, and to
+// another member when it is not acked within its AckDeadline (read from the
+// Backend's Clock); a late ack of the first attempt still counts. Each
+// redelivery is the next attempt, counted towards MaxDeliveries. AckDeadline does not apply to
 // fan-out subscriptions: the only possible receiver is the one running it.
 // A member subscribing with pubsub.ClaimPending takes over, as it subscribes,
 // every delivery of its group that another member holds unacked or that waits
@@ -474,6 +476,7 @@ func (r *reader) removeRetry(it *item) {
 
 func (r *reader) queue(it *item, at time.Time) {
 	it.queued = true
+	it.nackedBy = nil
 	it.readyAt = at
 	r.retries = append(r.retries, it)
 	r.notify()
@@ -498,9 +501,13 @@ type item struct {
 	readyAt  time.Time
 	deadline time.Time       // of the newest group attempt, by the Backend's clock
 	holders  []*subscription // subscriptions running an attempt
-	queued   bool            // in reader.retries
-	claimed  bool            // in a ClaimPending member's claims
-	done     bool            // acked (or dead-lettered by the policy)
+	// nackedBy is the group member whose failed attempt set readyAt (nil
+	// once it is delivered again, or for any other queueing): when that
+	// member stops before readyAt, the event is due at once.
+	nackedBy *subscription
+	queued   bool // in reader.retries
+	claimed  bool // in a ClaimPending member's claims
+	done     bool // acked (or dead-lettered by the policy)
 }
 
 func (it *item) heldBy(s *subscription) bool {
@@ -596,6 +603,18 @@ func (s *subscription) stop(byClose bool) {
 					r.queue(it, now)
 				}
 			}
+			// Events s nacked wait out the redelivery delay of s's
+			// policy: with s gone they are due at once, for the other
+			// members or the next one (as the next attempt).
+			for _, it := range r.retries {
+				if it.nackedBy == s {
+					it.nackedBy = nil
+					if it.readyAt.After(now) {
+						it.readyAt = now
+					}
+				}
+			}
+			r.notify()
 			// Claimed deliveries s never started go back to the group.
 			for _, it := range s.claims {
 				it.claimed = false
@@ -765,6 +784,7 @@ func (s *subscription) take() (j job, wait time.Duration, ok bool) {
 func (s *subscription) deliver(it *item, cnow time.Time) job {
 	r := s.r
 	it.attempts++
+	it.nackedBy = nil
 	it.holders = append(it.holders, s)
 	r.start(it.seq)
 	if r.group != "" {
@@ -810,6 +830,9 @@ func (s *subscription) settle(it *item, err error) {
 	default:
 		delete(r.pending, it)
 		r.queue(it, time.Now().Add(s.p.RedeliveryDelay(it.attempts)))
+		if r.group != "" {
+			it.nackedBy = s
+		}
 	}
 	if len(r.retries) > 0 {
 		r.notify()

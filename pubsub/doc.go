@@ -16,7 +16,12 @@
 //     After Unsubscribe a subscription receives nothing more. Topics are
 //     independent.
 //   - Groups: with [Group], each event goes to exactly one live member of the
-//     group; different groups each receive every event.
+//     group; different groups each receive every event. A member that stops
+//     (Unsubscribe, Close) gives back to the group, once its handlers have
+//     returned, the events it nacked and was to redeliver itself (also those
+//     whose handler failed as it stopped): another member, or the next one to
+//     subscribe, gets each promptly as its next attempt (counted towards
+//     [MaxDeliveries]), not after the [AckDeadline].
 //   - At-least-once: a delivery that is not acked (handler error, panic, or no
 //     answer within [AckDeadline] because the consumer died) is delivered
 //     again, to the same subscription or to another member of its group, and

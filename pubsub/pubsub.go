@@ -93,7 +93,10 @@ type Subscription interface {
 	Topic() string
 	// Unsubscribe stops deliveries and returns after every running handler of
 	// this subscription has returned (or ctx ended, then ctx.Err()). Events
-	// delivered to it and not acked are redelivered by the usual rules. It is
+	// delivered to it and not acked are redelivered by the usual rules; a
+	// group member's events that it nacked and was to redeliver (also those
+	// whose handler failed as it stopped) go back to the group at once, each
+	// as its next attempt (see "Groups" in the package documentation). It is
 	// idempotent.
 	Unsubscribe(ctx context.Context) error
 }

@@ -110,7 +110,11 @@
 // still reach the server late) leaves a tombstone in it instead, which
 // expires 10 minutes later. The round trip that
 // creates the group and the guard is never retried by go-redis: when it
-// times out, Subscribe fails (TestLateGuardCreateFailsSubscribe).
+// times out, Subscribe fails (TestLateGuardCreateFailsSubscribe). A group
+// whose member handed entries back (see "Hand-back") has a hand-back
+// notice, <prefix>:{<topic>}:handback:<group>: deleted with the consumer of
+// the latest hand-back once a member took its entries over, and expiring 10
+// minutes after that hand-back otherwise.
 //
 // # Connections
 //
@@ -172,6 +176,39 @@
 // most 10ms more), so that entries nacked together come due together and
 // are claimed in one pipeline of up to 64 (TestNackBurstRedeliveredInFewRoundTrips:
 // 500 nacks came back in 19-20 round trips, one each before).
+//
+// # Hand-back
+//
+// A group subscription that stops (Unsubscribe, Close, and a Shutdown that
+// did not give up on its handlers) hands back to its group, once every
+// handler of it has returned, the entries it holds and runs no more: those
+// it read and never started, with the delivery count of its read undone
+// (the next delivery is the same attempt), and those it nacked and was to
+// redeliver, keeping the attempts they were given (the next delivery is
+// the next attempt, counted towards MaxDeliveries): waiting out their
+// redelivery delay on a Concurrency(1) handler or holding none, or whose
+// handler failed as the subscription stopped (pubsub.Policy: such an
+// attempt is never dead-lettered). Each is handed back only if it is
+// still pending on the subscription's consumer, checked and made
+// claimable at once (idle a year) in one script (hand_back.lua), so an
+// entry another member took over meanwhile stays with that member. The
+// group's members take them without waiting for their periodic pass: the
+// other group subscriptions of the same Backend are told at once; those of
+// other processes read the group's hand-back notice (a key beside the
+// stream, written with each hand-back) in a read's pipeline at most once a
+// BlockTime, and a subscription that starts later reads it with its first
+// read; each runs a pass when the notice changed. An on-demand member
+// (pubsub.ReadOnDemand) of another process does not read the notice: it
+// takes them at its next pass after a Kick. TestNackedEntryHandedBackOnStop
+// (ack deadline 30s): a nacked entry reached a member of the same Backend
+// or a subscription that started after the stop within 1ms, and a live
+// member of another Backend within 1.7s (BlockTime 2s), as attempt 2, once;
+// before, the nack of a Concurrency(1) handler, and an attempt that failed
+// as the subscription stopped, stayed pending on the stopped consumer for
+// the whole ack deadline (30s), and a Concurrency(2) nack, handed back
+// already, waited for the other member's periodic pass (15s). Should the
+// hand-back fail, the entries are taken over after the ack deadline, as a
+// dead member's are; should the notice fail, at the members' next pass.
 //
 // # Eviction
 //

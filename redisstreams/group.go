@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/backoff"
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -90,6 +91,16 @@ type groupSub struct {
 	due   []*groupMsg
 	dueCh chan struct{}
 
+	// nudge makes reclaimLoop run a pass now: another member of the group
+	// handed entries back (handBackNotice). mark is the group's hand-back
+	// notice key; markSeen (the read loop's) is the notice it last saw, and
+	// markAt when it last looked (readLoop looks at most once a BlockTime,
+	// in a read's pipeline).
+	nudge    chan struct{}
+	mark     string
+	markSeen string
+	markAt   time.Time
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -107,7 +118,7 @@ type groupMsg struct {
 	received time.Time // when our claim (read or XCLAIM) was answered
 	started  bool      // a handler has begun it
 	lost     bool      // another consumer took it over before we started it
-	waiting  bool      // nacked: pending here until its redelivery delay passed
+	waiting  bool      // nacked: pending here until its redelivery delay passed (or the subscription stopped: cleanup hands it back)
 	resting  bool      // nacked on a Concurrency(1) handler, waiting out its delay (retryInPlace)
 	timer    *time.Timer
 }
@@ -155,6 +166,8 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 		claimed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		dueCh:    make(chan struct{}, 1),
+		nudge:    make(chan struct{}, 1),
+		mark:     handBackMark(s.b, topic, cfg.Group),
 		done:     make(chan struct{}),
 	}
 	if !cfg.ClaimPending {
@@ -316,8 +329,9 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 }
 
 // Unsubscribe stops deliveries, waits for running handlers (or ctx), hands
-// back the entries no handler started, writes this consumer's acks and
-// deletes the consumer from the group when it has nothing pending.
+// back the entries no handler started and those it nacked and was to
+// redeliver (cleanup), writes this consumer's acks and deletes the consumer
+// from the group when it has nothing pending.
 func (g *groupSub) Unsubscribe(ctx context.Context) error { return g.shutdown(ctx) }
 
 func (g *groupSub) shutdown(ctx context.Context) error {
@@ -353,11 +367,15 @@ func (g *groupSub) cleanup() error {
 	// our read, so the next consumer sees its first attempt.
 	// An entry we took over from another consumer keeps the count it had
 	// before our claim.
-	// Nacked entries waiting for their redelivery delay are handed back
-	// the same way, keeping the attempts they were given.
-	// A waiting entry may have been taken over by another member meanwhile
-	// (its AckDeadline ran out): it is handed back only if it is still
-	// ours, checked in the same script.
+	// Nacked entries are handed back the same way, keeping the attempts
+	// they were given (the next delivery is the next attempt, counted
+	// towards MaxDeliveries): those waiting for their redelivery delay
+	// (retryLater), the one a Concurrency(1) handler was waiting out
+	// (retryInPlace), and those whose handler failed as the subscription
+	// stopped (process). Every handler has returned by now, so none of
+	// them is running here. A waiting entry may have been taken over by
+	// another member meanwhile (its AckDeadline ran out): it is handed back
+	// only if it is still ours, checked in the same script.
 	// Unstarted entries are handed back the same way (another member may
 	// have claimed them too: ClaimPending takes live members' entries),
 	// each with the count before our read or claim.
@@ -366,7 +384,9 @@ func (g *groupSub) cleanup() error {
 	for _, m := range g.inflight {
 		switch {
 		case m.waiting:
-			m.timer.Stop()
+			if m.timer != nil {
+				m.timer.Stop()
+			}
 			back = append(back, m)
 		case !m.started && !m.lost:
 			back = append(back, m)
@@ -375,7 +395,7 @@ func (g *groupSub) cleanup() error {
 	g.inflight, g.due = nil, nil
 	g.mu.Unlock()
 	if len(back) > 0 {
-		args := []any{g.group, g.consumer, handBackIdle}
+		args := g.handBackArgs()
 		for _, m := range back {
 			count := m.attempt - 1 // unstarted: undo our read or claim
 			if m.waiting {
@@ -385,9 +405,13 @@ func (g *groupSub) cleanup() error {
 		}
 		// Only entries still ours, checked and claimed in one step
 		// (hand_back.lua).
-		if err := handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err(); err != nil && !isNoGroup(err) {
+		n, err := handBackScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, args...).Int()
+		switch {
+		case err != nil && !isNoGroup(err):
 			g.s.b.opts.Logger.Warn("redisstreams: hand back unstarted or nacked entries failed; they are reclaimed after the ack deadline",
 				"topic", g.topic, "group", g.group, "err", err)
+		case err == nil && n > 0:
+			g.s.nudgeGroup(g)
 		}
 	}
 	if err := g.s.acks.flush(ctx); err != nil {
@@ -407,7 +431,7 @@ func (g *groupSub) cleanup() error {
 	// one step: the entries handed back above, or those of a read whose
 	// reply was lost (runReads), must keep it. Otherwise it stays until a
 	// member that takes those entries over deletes it (claimQueue).
-	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, g.consumer).Err()
+	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, g.group, g.consumer).Err()
 	return nil
 }
 
@@ -629,17 +653,75 @@ func (g *groupSub) handBackUnseen(ctx context.Context) {
 	if err != nil {
 		return // they stay pending here, reclaimed after the ack deadline
 	}
-	args := []any{g.group, g.consumer, handBackIdle}
+	args := g.handBackArgs()
 	for _, p := range pend {
 		if !seen[p.ID] {
 			args = append(args, p.ID, max(p.RetryCount-1, 0))
 		}
 	}
-	if len(args) > 3 {
-		if err := handBackScript.Run(ctx, g.s.b.client, []string{g.key}, args...).Err(); err != nil && !isNoGroup(err) {
+	if len(args) > 6 {
+		n, err := handBackScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, args...).Int()
+		switch {
+		case err != nil && !isNoGroup(err):
 			g.s.b.opts.Logger.Warn("redisstreams: hand back the entries of lost reads failed; they are reclaimed after the ack deadline",
 				"topic", g.topic, "group", g.group, "err", err)
+		case err == nil && n > 0:
+			g.s.nudgeGroup(g)
 		}
+	}
+}
+
+// handBackMarkTTL is how long a hand-back notice (handBackMark) lives at
+// most: the members of its group that read at least once in that time
+// (every BlockTime at least, unless ReadOnDemand) see it. It goes earlier,
+// with the consumer whose hand-back it tells of, once a member took that
+// consumer's entries over (delete_consumer.lua).
+const handBackMarkTTL = readGuardTTL
+
+// handBackMark returns the hand-back notice key of group on topic, in the
+// stream's hash slot (<prefix>:{<topic>}:handback:<group>): hand_back.lua
+// gives it a value of its own (the stopping consumer's name, a NUL byte and
+// a time) with each hand-back of the group's entries, so that the group's
+// members in other processes, which look at it in a read's pipeline at most
+// once a BlockTime, and a subscription that starts later, with its first
+// read, run a reclaim pass at once rather than at their next periodic one
+// (reclaimLoop).
+func handBackMark(b *Backend, topic, group string) string {
+	return b.keys.StreamMeta(topic, "handback:"+keys.Escape(group))
+}
+
+// handBackArgs returns the first arguments of hand_back.lua for a hand-back
+// by this subscription as it stops (claimable at once, idle a year), with
+// the group's hand-back notice (KEYS[2]: handBackMark) to set: its
+// lifetime and a value of its own. The group's subscriptions of this
+// Backend are nudged besides (nudgeGroup).
+func (g *groupSub) handBackArgs() []any {
+	v := g.consumer + "\x00" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return []any{g.group, g.consumer, handBackIdle, handBackMarkTTL.Milliseconds(), v}
+}
+
+// nudgeGroup makes the other group subscriptions of this Backend to g's
+// stream and group run a reclaim pass now.
+func (s *streamBus) nudgeGroup(g *groupSub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sub := range s.subs {
+		if o, ok := sub.(*groupSub); ok && o != g && o.key == g.key && o.group == g.group {
+			o.nudgeNow()
+		}
+	}
+}
+
+// nudgeNow makes reclaimLoop run a pass now: entries were handed back to
+// the group. An on-demand subscription's pass then looks for them as if
+// kicked.
+func (g *groupSub) nudgeNow() {
+	if g.cfg.ReadOnDemand {
+		g.kicked.Store(true)
+	}
+	select {
+	case g.nudge <- struct{}{}:
+	default:
 	}
 }
 
@@ -745,7 +827,10 @@ func (g *groupSub) readLoop() {
 		case <-g.kick:
 		default:
 		}
-		var last *redis.XMessageSliceCmd
+		var (
+			last *redis.XMessageSliceCmd
+			mark *redis.StringCmd
+		)
 		// The commands are built on a pipeline that is never executed
 		// and sent by runReads, with other subscriptions' reads.
 		pipe := g.s.b.client.Pipeline()
@@ -755,6 +840,11 @@ func (g *groupSub) readLoop() {
 		noRetry(g.ctx, pipe, g.key)
 		if !g.cfg.ReadOnDemand {
 			last = pipe.XRevRangeN(g.ctx, g.key, "+", "-", 1)
+			if time.Since(g.markAt) >= g.s.b.opts.BlockTime {
+				// At most once a BlockTime: did a member hand entries
+				// back since we last looked (handBackNotice)?
+				mark = pipe.Get(g.ctx, g.mark)
+			}
 		}
 		// XREADGROUP ... > in read.lua: it runs only if no later read of
 		// this consumer ran and the subscription has not ended, so a read
@@ -782,6 +872,13 @@ func (g *groupSub) readLoop() {
 			unsynced, err = err, nil
 		}
 		sent := err == nil
+		if sent && mark != nil {
+			g.markAt = time.Now()
+			if v, merr := mark.Result(); merr == nil && v != g.markSeen {
+				g.markSeen = v
+				g.nudgeNow()
+			}
+		}
 		if sent {
 			res, tail, err = readReply(read, g.cfg.ReadOnDemand)
 			if unsynced != nil && (err == nil || chk != nil) {
@@ -1156,7 +1253,7 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	// subscriptions, which cleanup keeps while they hold entries, would
 	// pile up. A live one that reads again is recreated by its read.
 	for c := range from {
-		_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key}, g.group, c).Err()
+		_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, g.group, c).Err()
 	}
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))
@@ -1342,8 +1439,8 @@ func (g *groupSub) process(m *groupMsg) {
 		return
 	}
 	if g.ctx.Err() != nil {
-		g.forget(m.id)
-		return // pending: reclaimed after the ack deadline
+		g.keepForHandBack(m) // failed as the subscription stopped
+		return
 	}
 	if g.cfg.Concurrency == 1 {
 		// In order: nothing later is delivered before this entry's next
@@ -1356,9 +1453,16 @@ func (g *groupSub) process(m *groupMsg) {
 
 // retryInPlace redelivers the nacked entry m on the handler that had it,
 // after the redelivery delay, until it is acked or the subscription stops:
-// how a Concurrency(1) subscription keeps its order.
+// how a Concurrency(1) subscription keeps its order. When the subscription
+// stops before the next attempt ran to its end, m is kept for cleanup to
+// hand back, with the attempts it was given (keepForHandBack).
 func (g *groupSub) retryInPlace(m *groupMsg) {
-	defer g.forget(m.id)
+	kept := false
+	defer func() {
+		if !kept {
+			g.forget(m.id)
+		}
+	}()
 	for {
 		g.mu.Lock()
 		m.resting = true
@@ -1368,6 +1472,7 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		m.resting = false
 		g.mu.Unlock()
 		if err != nil {
+			kept = g.keepForHandBack(m)
 			return
 		}
 		// Claim it again: that counts the attempt on the server. MinIdle is
@@ -1377,6 +1482,13 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 			Stream: g.key, Group: g.group, Consumer: g.consumer,
 			MinIdle: time.Since(m.received), Messages: []string{m.id},
 		}).Result()
+		if err != nil && g.ctx.Err() != nil {
+			// Stopped during the claim, which may have run: the hand-back
+			// sets the count back to the attempts m was given (no
+			// handler ran this one), if it is still ours.
+			kept = g.keepForHandBack(m)
+			return
+		}
 		if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
 			return
 		}
@@ -1400,9 +1512,26 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 			return
 		}
 		if g.ctx.Err() != nil {
+			kept = g.keepForHandBack(m) // failed as the subscription stopped
 			return
 		}
 	}
+}
+
+// keepForHandBack keeps the nacked entry m, whose subscription is
+// stopping, in inflight as a waiting entry (with no timer), so that cleanup
+// hands it back to the group at once, keeping the attempts it was given:
+// a nacked entry that was to be redelivered here must not wait out the
+// ack deadline on a consumer that stopped. It reports whether it kept m
+// (not once cleanup has begun).
+func (g *groupSub) keepForHandBack(m *groupMsg) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight == nil || g.inflight[m.id] != m {
+		return false
+	}
+	m.waiting, m.timer = true, nil
+	return true
 }
 
 // retryLater keeps the nacked entry m pending on this consumer, holding no
@@ -1557,7 +1686,7 @@ func (g *groupSub) reapConsumers() {
 		if c.Name == g.consumer || c.Pending > 0 || c.Idle < consumerReapIdle {
 			continue
 		}
-		_ = deleteConsumerScript.Run(g.ctx, g.s.b.client, []string{g.key}, g.group, c.Name).Err()
+		_ = deleteConsumerScript.Run(g.ctx, g.s.b.client, []string{g.key, g.mark}, g.group, c.Name).Err()
 	}
 }
 
@@ -1573,10 +1702,13 @@ func (g *groupSub) reclaimLoop() {
 	defer t.Stop()
 	lastReap := time.Now()
 	for {
+		nudged := false
 		select {
 		case <-g.ctx.Done():
 			return
 		case <-t.C:
+		case <-g.nudge: // entries handed back (handBackNotice)
+			nudged = true
 		}
 		var slots chan struct{}
 		if g.cfg.ReadOnDemand {
@@ -1589,7 +1721,7 @@ func (g *groupSub) reclaimLoop() {
 				continue
 			}
 		}
-		g.reclaimPass(&lastReap)
+		g.reclaimPass(&lastReap, nudged)
 		if slots != nil {
 			<-slots
 		}
@@ -1671,8 +1803,11 @@ func (s *streamBus) passSlots(key string) chan struct{} {
 	return slots
 }
 
-// reclaimPass is one tick of reclaimLoop.
-func (g *groupSub) reclaimPass(lastReap *time.Time) {
+// reclaimPass is one tick of reclaimLoop, or a pass a hand-back asked for
+// (nudged): that one waits for a free handler slot, as reclaim does when
+// told to wait, so that the entries handed back are not left for the next
+// tick merely because every slot was taken by a read just then.
+func (g *groupSub) reclaimPass(lastReap *time.Time, nudged bool) {
 	if time.Since(*lastReap) >= consumerReapIdle/2 {
 		*lastReap = time.Now()
 		g.reapConsumers()
@@ -1691,7 +1826,7 @@ func (g *groupSub) reclaimPass(lastReap *time.Time) {
 	g.refreshQueued()
 	// Claim batch after batch while there is room and there are stale
 	// entries (a severed connection can leave many behind at once).
-	for more := g.reclaim(false); more && g.ctx.Err() == nil; {
+	for more := g.reclaim(nudged); more && g.ctx.Err() == nil; {
 		more = g.reclaim(true)
 	}
 }

@@ -582,7 +582,12 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // consumers left unacked for AckDeadline. Entries its handlers have not
 // started when it is unsubscribed (its last read included: Unsubscribe
 // waits for a read already sent) are handed back at once, with their
-// delivery count undone. Its consumer is deleted when it stops holding
+// delivery count undone, and so are the entries it nacked and was to
+// redeliver (also those whose handler failed as it stopped), keeping their
+// count: the next delivery is the next attempt. The group's other members
+// take them within a BlockTime, those of the same Backend and a member
+// that subscribes later at once (package doc, "Hand-back"), not after the
+// ack deadline. Its consumer is deleted when it stops holding
 // nothing, or else by the member that takes its entries over, so consumers
 // do not pile up. With
 // pubsub.ClaimPending it first walks the group's pending list in id order

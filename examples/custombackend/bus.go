@@ -55,6 +55,9 @@ type entry struct {
 	holder   *chanSub  // when inFlight: the subscription whose handler has it
 	deadline time.Time // when inFlight: redeliver after this
 	readyAt  time.Time // when !inFlight: retry after this
+	// nackedBy is the subscription whose nack set readyAt: when it stops
+	// first, the entry is due at once (the delay was its policy's).
+	nackedBy *chanSub
 }
 
 var _ pubsub.PubSub = (*ChanBus)(nil)
@@ -246,6 +249,15 @@ func (s *chanSub) stop() {
 	if !s.stopped {
 		s.stopped = true
 		delete(b.subs, s)
+		// What it nacked and was waiting to redeliver goes back to the
+		// other members (or the next one) at once, as the next attempt.
+		now := time.Now()
+		for _, e := range s.q.pending {
+			if !e.inFlight && e.nackedBy == s {
+				e.nackedBy = nil
+				e.readyAt = now
+			}
+		}
 		b.broadcast()
 	}
 	b.mu.Unlock()
@@ -325,7 +337,7 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 	}
 	e := q.pending[idx]
 	e.attempts++
-	e.inFlight, e.holder = true, s
+	e.inFlight, e.holder, e.nackedBy = true, s, nil
 	e.deadline = now.Add(s.cfg.AckDeadline)
 	ev = clone(s.bus.logs[q.topic][idx])
 	ev.DeliveryAttempt = e.attempts
@@ -335,7 +347,8 @@ func (s *chanSub) nextLocked(now time.Time) (idx int, ev pubsub.Event, attempt i
 // settleLocked records the outcome of delivery attempt of entry idx. An ack
 // from any attempt removes the entry; a nack from an attempt that was
 // overtaken by a redelivery is ignored; any other nack makes the entry due
-// again after the policy's redelivery delay.
+// again after the policy's redelivery delay, or at once when the
+// subscription has stopped (its handler failed as it stopped).
 func (s *chanSub) settleLocked(idx, attempt int, err error) {
 	q := s.q
 	e := q.pending[idx]
@@ -351,6 +364,11 @@ func (s *chanSub) settleLocked(idx, attempt int, err error) {
 		return
 	}
 	e.inFlight = false
-	e.readyAt = time.Now().Add(s.p.RedeliveryDelay(e.attempts))
+	if s.stopped {
+		e.readyAt = time.Now()
+	} else {
+		e.readyAt = time.Now().Add(s.p.RedeliveryDelay(e.attempts))
+		e.nackedBy = s
+	}
 	s.bus.broadcast()
 }

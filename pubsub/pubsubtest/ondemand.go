@@ -188,3 +188,72 @@ func (s *suite) publishBatchInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A group member that nacked an event, due for a redelivery (long delay),
+// and then stops hands it back: another member gets it promptly as its next
+// attempt (2), far sooner than the AckDeadline, and once. Three ways to
+// nack (a Concurrency(1) handler, a Concurrency(2) one, a handler that fails
+// because the subscription stops under it), two receivers: a live member on
+// the peer, and a member that subscribes after the stop.
+func (s *suite) nackedGoesBackOnStop(t *testing.T) {
+	// The AckDeadline outlasts every wait of the suite: an event that only
+	// its expiry brings back fails the test.
+	deadline := max(time.Minute, 2*s.c.Timeout)
+	kinds := []struct {
+		name        string
+		concurrency int
+		failAtStop  bool
+	}{
+		{"Concurrency1", 1, false},
+		{"Concurrency2", 2, false},
+		{"FailsAsItStops", 1, true},
+	}
+	for _, k := range kinds {
+		for _, later := range []bool{false, true} {
+			name := k.name + "/LiveMember"
+			if later {
+				name = k.name + "/NextMember"
+			}
+			t.Run(name, func(t *testing.T) {
+				ps := s.backend(t)
+				peer := s.peer(t, ps)
+				topic := topicFor(t)
+				opts := []pubsub.SubscribeOption{pubsub.Group("g"), pubsub.AckDeadline(deadline)}
+				nacked := make(chan struct{}, 1)
+				leaving := s.subscribe(t, ps, topic, func(ctx context.Context, e pubsub.Event) error {
+					select {
+					case nacked <- struct{}{}:
+					default:
+					}
+					if k.failAtStop {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return errors.New("pubsubtest: nack")
+				}, append(opts, pubsub.Concurrency(k.concurrency), pubsub.RedeliveryDelay(deadline))...)
+				s.publish(t, ps, topic, pubsub.Event{ID: "e1", Type: "e1"})
+				s.await(t, nacked, "the first delivery")
+				rec := newRecorder()
+				if !later {
+					s.subscribe(t, peer, topic, rec.handler("heir"), opts...)
+				}
+				if err := leaving.Unsubscribe(s.ctx(t)); err != nil {
+					t.Fatalf("Unsubscribe: %v", err)
+				}
+				if later {
+					s.subscribe(t, peer, topic, rec.handler("heir"), opts...)
+				}
+				d := rec.waitN(t, s, 1)[0]
+				if d.e.ID != "e1" || d.e.DeliveryAttempt != 2 {
+					t.Errorf("after the nacking member stopped: ID %q attempt %d, want %q attempt 2", d.e.ID, d.e.DeliveryAttempt, "e1")
+				}
+				s.publish(t, ps, topic, pubsub.Event{ID: "marker", Type: "marker"})
+				rec.waitType(t, s, "marker")
+				s.flush(t, peer)
+				if n := countIDs(rec.all())["e1"]; n != 1 {
+					t.Errorf("e1 delivered %d times after the nacking member stopped, want 1", n)
+				}
+			})
+		}
+	}
+}

@@ -112,6 +112,7 @@ func Run(t *testing.T, c Config) {
 		{"RedeliveryDelayPaces", none, s.redeliveryDelayPaces},
 		{"RedeliveryDelayZero", none, s.redeliveryDelayZero},
 		{"NackHoldsUpNothing", groups, s.nackHoldsUpNothing},
+		{"NackedGoesBackOnStop", groups, s.nackedGoesBackOnStop},
 		{"ReadOnDemandReadsWhatWasKicked", groups, s.readOnDemandReadsWhatWasKicked},
 		{"OrderWithConcurrency1", none, s.orderWithConcurrency1},
 		{"ConcurrencyN", none, s.concurrencyN},

@@ -21,7 +21,10 @@ time, id, type, data (then run=, attempt= and metadata when set), until
 interrupted (Ctrl-C) or --count events were printed.
 Without --group every event is printed (fan-out, nothing is acked for
 others); with --group the command is one member of that consumer group and
-acks what it prints.`)
+acks what it prints. With --group and --count, the events it was handed
+beyond --count are not printed and not acked: they go back to the group as
+the command exits, at once (not after the group's ack deadline), so another
+member or the next tail --group gets them.`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	group := fs.String("group", "", "consume as a member of this consumer `group` (default: fan-out)")
@@ -66,16 +69,25 @@ acks what it prints.`)
 		mu      sync.Mutex
 		printed int
 	)
-	h := func(_ context.Context, ev pubsub.Event) error {
+	h := func(hctx context.Context, ev pubsub.Event) error {
 		mu.Lock()
-		defer mu.Unlock()
-		if *count > 0 && printed >= *count {
-			return fmt.Errorf("tail: --count reached") // nack: leave it for another member
+		over := *count > 0 && printed >= *count
+		if !over {
+			fmt.Fprintln(e.stdout, formatEvent(ev))
+			printed++
+			if *count > 0 && printed >= *count {
+				cancel()
+			}
 		}
-		fmt.Fprintln(e.stdout, formatEvent(ev))
-		printed++
-		if *count > 0 && printed >= *count {
-			cancel()
+		mu.Unlock()
+		if over {
+			// Not ours to print: hold it until the subscription stops
+			// (soon: --count was reached), which hands it back to the
+			// group at once, as its next attempt. A nack now would bring
+			// it back here after the redelivery delay, again and again
+			// while the command exits, one more attempt each time.
+			<-hctx.Done()
+			return fmt.Errorf("tail: --count reached: %w", hctx.Err()) // leave it for another member
 		}
 		return nil
 	}
@@ -94,7 +106,8 @@ acks what it prints.`)
 	if err := sub.Unsubscribe(uctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	// Done, or Redis stopped answering: the process's exit ends the
+	// Done (a group's events handed to us beyond --count went back to
+	// the group), or Redis stopped answering: the process's exit ends the
 	// subscription (a group's unacked entries go to another member after
 	// their ack deadline).
 	return nil

@@ -1,7 +1,9 @@
 package redisstreams
 
 import (
-	"context"
+	"bytes"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,39 +27,48 @@ func retryUntil(bound time.Duration, f func() error) (took time.Duration, failed
 	}
 }
 
-// killAndAwaitPromotion kills (SIGKILL) the Cluster node at addr, a master,
-// and waits up to 30s until one of its replicas answers ROLE as master. It
-// returns the killed node (restart it at the end: go-redis's pools redial
-// a dead address from goroutines of their own, every second, which goleak
-// would find if the test ran last; it still can for up to a second after
-// the restart, so such tests do not run in parallel, where they would come
-// last: goleak caught them in 3 of 5 runs) and the promoted one.
+// killAndAwaitPromotion is redistest's Cluster.FailOver of the master at
+// addr, which replicas replicate, and logs how long the promotion took. It
+// returns the killed node (restart it at the end with
+// restartAwaitingRedials: go-redis's pools redial a dead address from
+// goroutines of their own, every second, which goleak would find if the
+// test ran last; they can for up to a second after the restart, so
+// restartAwaitingRedials waits for them to end; such tests also stay out
+// of parallel, where they came last: goleak caught them in 3 of 5 runs)
+// and the promoted one.
 func killAndAwaitPromotion(t *testing.T, cl *redistest.Cluster, addr string, replicas []*redistest.Server) (victim, promoted *redistest.Server) {
 	t.Helper()
-	for _, n := range cl.Nodes() {
-		if n.Addr() == addr {
-			victim = n
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no node at %s", addr)
-	}
-	victim.Kill(t)
-	killed := time.Now()
-	for promoted == nil {
-		for _, r := range replicas {
-			if role, err := r.Client(t).Do(context.Background(), "ROLE").Slice(); err == nil && role[0] == "master" {
-				promoted = r
-			}
-		}
-		if promoted != nil {
-			break
-		}
-		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("no replica of %s promoted within 30s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
+	victim, promoted, killed := cl.FailOver(t, addr)
+	if !slices.Contains(replicas, promoted) {
+		t.Fatalf("%s promoted, not one of the replicas of %s the test saw", promoted.Addr(), addr)
 	}
 	t.Logf("replica %s promoted %v after the kill of %s", promoted.Addr(), time.Since(killed).Round(time.Millisecond), addr)
 	return victim, promoted
+}
+
+// restartAwaitingRedials restarts victim, a node the test killed, and
+// waits (at most 5s) until no goroutine of go-redis's pools still redials
+// a dead address (ConnPool.tryDial sleeps a second between tries; once the
+// node is back its next dial succeeds and it returns), so that goleak does
+// not find one when the test runs last, as when it runs alone.
+func restartAwaitingRedials(t *testing.T, victim *redistest.Server) {
+	t.Helper()
+	victim.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		if !bytes.Contains(buf[:n], []byte("pool.(*ConnPool).tryDial")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("go-redis still redials 5s after the restart of %s", victim.Addr())
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

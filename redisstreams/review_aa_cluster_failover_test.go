@@ -89,5 +89,5 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 	})
 	// The killed node back: go-redis's pools retry dialing a dead address
 	// every second from a goroutine of their own (goleak).
-	victim.Restart(t)
+	restartAwaitingRedials(t, victim)
 }

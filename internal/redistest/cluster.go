@@ -52,7 +52,7 @@ func StartClusterReplicas(t testing.TB, masters, replicas int) *Cluster {
 		c.nodes = append(c.nodes, start(t, Options{Args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000",
+			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())),
 		}}, true))
 	}
 	addrs := c.Addrs()
@@ -138,6 +138,51 @@ func (c *Cluster) ReplicasOf(t testing.TB, addr string) []*Server {
 		}
 	}
 	return out
+}
+
+// ClusterNodeTimeout is the cluster-node-timeout every node of a [Cluster]
+// runs with (Redis's default is 15s): a master unreachable that long is
+// deemed failing, and its replica is promoted about a second later.
+const ClusterNodeTimeout = 5 * time.Second
+
+// FailOver kills (SIGKILL) the node at addr, a master, and waits (at most
+// [FailoverTimeout]) until one of the nodes that replicated it answers ROLE
+// as a master: the Cluster promoted it, after [ClusterNodeTimeout] and a
+// vote. It returns the killed node, the promoted one, and when the killed
+// node was seen dead (Kill returned). Writes the master had not yet
+// replicated are lost. The killed node stays down: restart it before the
+// test ends ([Server.Restart]; it rejoins as a replica), since go-redis's
+// pools redial a dead address every second from goroutines of their own,
+// which goleak would find. FailOver fails t when addr is no node of c or
+// has no replica.
+func (c *Cluster) FailOver(t testing.TB, addr string) (victim, promoted *Server, killed time.Time) {
+	t.Helper()
+	for _, n := range c.nodes {
+		if n.Addr() == addr {
+			victim = n
+		}
+	}
+	if victim == nil {
+		t.Fatalf("redistest: FailOver: no node at %s", addr)
+	}
+	replicas := c.ReplicasOf(t, addr)
+	if len(replicas) == 0 {
+		t.Fatalf("redistest: FailOver: master %s has no replica", addr)
+	}
+	victim.Kill(t)
+	killed = time.Now()
+	deadline := killed.Add(FailoverTimeout)
+	for {
+		for _, r := range replicas {
+			if role, err := roleOf(r.Addr()); err == nil && role == "master" {
+				return victim, r, killed
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: FailOver: no replica of %s promoted within %v\n%s", addr, FailoverTimeout, c.logTails())
+		}
+		time.Sleep(pollInterval)
+	}
 }
 
 func clusterInfo(addr string) (string, error) {

@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,26 +15,7 @@ import (
 
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/redisstreams"
-	"github.com/leasebus/leasebus/signals"
 )
-
-// logCount is a slog handler that counts records by level and message, for
-// the figures of TestSentinelFailoverUnderLoad (the runtimes' and backends'
-// warnings during a failover would flood -v output).
-type logCount struct {
-	mu *sync.Mutex
-	n  map[string]int
-}
-
-func (h logCount) Enabled(context.Context, slog.Level) bool { return true }
-func (h logCount) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.n[r.Level.String()+" "+r.Message]++
-	h.mu.Unlock()
-	return nil
-}
-func (h logCount) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h logCount) WithGroup(string) slog.Handler      { return h }
 
 // TestSentinelFailoverUnderLoad runs three runtimes on a Sentinel deployment
 // (a master and two replicas), each on its own failover client with
@@ -101,7 +80,7 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 		sendBackBound = 5 * time.Second
 		afterPromote  = 6 * time.Second
 	)
-	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
+	logs := newLogCount()
 	logger := slog.New(logs)
 	lg := &bhLog{given: map[string][]loadGiven{}}
 	runs := startSentinelRuns(t, st, redisstreams.Options{Prefix: prefix, LeaseSyncReplicas: syncReplicas}, lg, logs, ttl, recovery)
@@ -174,66 +153,14 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 		t.Skipf("premise: the sentinel moved the master again after Failover settled on %s (to %s); this test assumes one failover", newMaster, m)
 	}
 
-	all := ls.all()
-	sendProc := ls.proc // (the senders have stopped)
-	accepted := map[string]loadSend{}
-	var failed, failedAfterBound, afterKill, beforeKill, duringFO, postProm int
-	firstOK := map[string]time.Time{}
-	var lastFailStart time.Time
-	for _, s := range all {
-		if s.err == nil {
-			accepted[s.id] = s
-		} else {
-			failed++
-			if s.start.After(lastFailStart) {
-				lastFailStart = s.start
-			}
-		}
-		if s.err == nil && s.start.After(promoted) {
-			p := sendProc[s.id]
-			if f, ok := firstOK[p]; !ok || s.end.Before(f) {
-				firstOK[p] = s.end
-			}
-		}
-		if s.start.After(promoted.Add(sendBackBound)) && s.err != nil {
-			failedAfterBound++
-			if failedAfterBound <= 10 {
-				t.Errorf("Send of %s to %s by %s, begun %v after the promotion, failed: %v", s.id, s.thread, sendProc[s.id], s.start.Sub(promoted).Round(time.Millisecond), s.err)
-			}
-		}
-		if s.err != nil {
-			continue
-		}
-		switch {
-		case s.start.After(promoted):
-			postProm++
-			afterKill++
-		case s.start.After(killed):
-			duringFO++
-			afterKill++
-		default:
-			beforeKill++
-		}
-	}
-	for _, rt := range rts {
-		if _, ok := firstOK[rt.ProcessID()]; !ok {
-			t.Errorf("no Send by %s begun after the promotion returned nil", rt.ProcessID())
-		}
-	}
+	fs := checkSendsBack(t, ls, rts, killed, promoted, sendBackBound)
+	sendProc, accepted := fs.proc, fs.accepted
 
 	// 1. Every signal accepted after the kill is given.
 	lg.waitGiven(t, accepted, sendProc, func(s loadSend) bool { return s.start.After(promoted) }, promoted, "the promotion", sendsEnd.Add(60*time.Second))
 	// Accepted between the kill and the settled promotion: reported.
-	var lostUnsettled []string
-	lg.mu.Lock()
-	for id, s := range accepted {
-		if s.start.After(killed) && !s.start.After(promoted) && len(lg.given[id]) == 0 {
-			lostUnsettled = append(lostUnsettled, fmt.Sprintf("%s(%s, sent %+.3fs from the promotion)", id, s.thread, s.start.Sub(promoted).Seconds()))
-		}
-	}
-	lg.mu.Unlock()
+	lostUnsettled := fs.lostBetween(lg, killed, promoted)
 	if len(lostUnsettled) > 0 {
-		sort.Strings(lostUnsettled)
 		t.Logf("%d signals accepted between the kill and the settled promotion never given (the sentinel switched the master %d times): %v; the deployment's roles from the Failover call (kill %+.3fs, settled %+.3fs):\n%s\nthe sentinel's log:\n%s\n%s",
 			len(lostUnsettled), switches, lostUnsettled[:min(len(lostUnsettled), 20)], killed.Sub(failStart).Seconds(), promoted.Sub(failStart).Seconds(), roleLog, st.Log(), nodeLogs(st))
 	}
@@ -248,163 +175,24 @@ func sentinelFailoverUnderLoad(t *testing.T, syncReplicas int) {
 
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
-	// 3. Overlaps and tokens.
-	byThread := lg.byThread()
-	overlaps, tokenRepeat, tokenBack, sameRun := 0, 0, 0, 0
-	var anomalies []string
-	for th, rs := range byThread {
-		ov := runOverlaps(th, rs, promoted, "the promotion")
-		overlaps += len(ov)
-		anomalies = append(anomalies, ov...)
-		for i, r := range rs {
-			if i+1 < len(rs) {
-				q := rs[i+1]
-				if q.id == r.id && q.proc == r.proc {
-					// The same run started again: a tenure whose release
-					// failed was taken over "for that run" (givenup.go),
-					// keeping its owner and token, until adopt released
-					// such a lease for a new run (10-34 per Sync run before).
-					sameRun++
-					if sameRun <= 3 {
-						t.Errorf("run %s on %s of %s (token %d) started again %+.3fs from the promotion (first %+.3fs, ended %+.3fs)",
-							q.id, q.proc, th, q.token, q.start.Sub(promoted).Seconds(), r.start.Sub(promoted).Seconds(), r.end.Sub(promoted).Seconds())
-					}
-				} else if q.token <= r.token {
-					if q.token == r.token {
-						tokenRepeat++
-					} else {
-						tokenBack++
-					}
-					anomalies = append(anomalies, fmt.Sprintf("%s: run %s on %s (token %d, started %+.3fs from the promotion) after run %s on %s (token %d, started %+.3fs)",
-						th, q.id, q.proc, q.token, q.start.Sub(promoted).Seconds(), r.id, r.proc, r.token, r.start.Sub(promoted).Seconds()))
-				}
-			}
-		}
-	}
+	// 1b (duplicates), 2a (every thread with work waiting at the promotion
+	// runs within the bound), 5 (no run starts twice); 3. overlaps and
+	// tokens.
+	takeBound := ttl + recovery + maxRun + slack
+	fr := checkFailoverRuns(t, lg, fs, allThreads, killed, promoted, ttl, takeBound)
 	if syncReplicas > 0 {
-		for _, s := range anomalies[:min(len(anomalies), 10)] {
+		for _, s := range fr.anomalies[:min(len(fr.anomalies), 10)] {
 			t.Errorf("with LeaseSyncReplicas %d: %s", syncReplicas, s)
 		}
 	} else {
-		for _, s := range anomalies[:min(len(anomalies), 10)] {
+		for _, s := range fr.anomalies[:min(len(fr.anomalies), 10)] {
 			t.Logf("allowed without LeaseSyncReplicas: %s", s)
 		}
 	}
 
-	// 1b. Duplicates: of signals accepted after the settled promotion only
-	// flagged ones; before it, reported.
-	givenAfter := map[string][]loadGiven{}
-	var lost, lostDuring, dupBeforeFlagged, dupBeforeUnflagged, redeliveredAny int
-	var unflaggedBefore []string
-	for id, s := range accepted {
-		gs := lg.given[id]
-		for _, g := range gs {
-			if g.redelivered {
-				redeliveredAny++
-				break
-			}
-		}
-		if s.start.After(promoted) {
-			givenAfter[id] = gs
-			continue
-		}
-		if len(gs) == 0 {
-			lost++
-			if s.end.After(killed) {
-				lostDuring++
-			}
-			continue
-		}
-		fresh := 0
-		for _, g := range gs {
-			if !g.redelivered {
-				fresh++
-			}
-		}
-		switch {
-		case fresh > 1:
-			dupBeforeUnflagged++
-			unflaggedBefore = append(unflaggedBefore, fmt.Sprintf("%s(%s, sent %+.3fs, %+v)", id, s.thread, s.start.Sub(promoted).Seconds(), gs))
-		case len(gs) > 1:
-			dupBeforeFlagged++
-		}
-	}
-	dupFlagged, dupUnflagged := checkGivenOnce(t, givenAfter)
-
-	// 2a. Every thread with work waiting at the promotion runs within the
-	// bound.
-	takeBound := ttl + recovery + maxRun + slack
-	var firstRuns []time.Duration
-	var slowest time.Duration
-	var slowDesc string
-	for _, th := range allThreads {
-		waiting := false
-		for id, s := range accepted {
-			if s.thread != th || !s.start.Before(promoted) {
-				continue
-			}
-			gs := lg.given[id]
-			if len(gs) > 0 && !gs[0].at.Before(promoted) {
-				waiting = true // ran, but only after the promotion
-				break
-			}
-		}
-		if !waiting {
-			continue
-		}
-		var first *bhRun
-		for _, r := range byThread[th] {
-			if !r.start.Before(promoted) {
-				first = r
-				break
-			}
-		}
-		if first == nil {
-			t.Errorf("thread %s had work waiting at the promotion and never ran after it", th)
-			continue
-		}
-		d := first.start.Sub(promoted)
-		firstRuns = append(firstRuns, d)
-		if d > slowest {
-			slowest, slowDesc = d, fmt.Sprintf("%s on %s token %d", th, first.proc, first.token)
-		}
-		if d > takeBound {
-			t.Errorf("thread %s with work waiting at the promotion first ran %v after it (on %s), bound %v", th, d.Round(time.Millisecond), first.proc, takeBound)
-		}
-	}
-	sort.Slice(firstRuns, func(i, j int) bool { return firstRuns[i] < firstRuns[j] })
-	pct := func(p float64) time.Duration {
-		if len(firstRuns) == 0 {
-			return 0
-		}
-		return firstRuns[min(len(firstRuns)-1, int(p*float64(len(firstRuns))))].Round(time.Millisecond)
-	}
-	var runsCancelled int
-	for _, r := range lg.runs {
-		if r.cancelled && r.end.After(killed) && r.end.Before(promoted.Add(ttl)) {
-			runsCancelled++
-		}
-	}
-
-	var sendBack []string
-	for _, rt := range rts {
-		p := rt.ProcessID()
-		sendBack = append(sendBack, fmt.Sprintf("%s %v", p, firstOK[p].Sub(promoted).Round(time.Millisecond)))
-	}
 	t.Logf("LeaseSyncReplicas %d: Failover %v (kill %+.3fs from its call, promotion %v after the kill)",
 		syncReplicas, promoted.Sub(failStart).Round(time.Millisecond), killed.Sub(failStart).Seconds(), promoted.Sub(killed).Round(time.Millisecond))
-	t.Logf("sends %d, failed %d (last failing one begun %+.3fs from the promotion); first Send ok after the promotion: %s",
-		len(all), failed, lastFailStart.Sub(promoted).Seconds(), strings.Join(sendBack, ", "))
-	t.Logf("accepted: %d before the kill, %d between the kill and the promotion, %d after the promotion",
-		beforeKill, duringFO, postProm)
-	t.Logf("accepted before the promotion: %d never given (lost; %d of them returned after the kill), %d given twice flagged, %d given twice unflagged %v",
-		lost, lostDuring, dupBeforeFlagged, dupBeforeUnflagged, unflaggedBefore[:min(len(unflaggedBefore), 10)])
-	t.Logf("accepted after the promotion: %d given twice flagged Redelivered, %d unflagged; signals given Redelivered at least once: %d",
-		dupFlagged, dupUnflagged, redeliveredAny)
-	t.Logf("runs %d; cancelled around the failover %d; overlaps %d; tokens repeated %d, backwards %d; a run started again under its ID and token %d",
-		len(lg.runs), runsCancelled, overlaps, tokenRepeat, tokenBack, sameRun)
-	t.Logf("threads with work waiting at the promotion: %d, first run after it: min %v, median %v, p90 %v, max %v (%s; bound %v)",
-		len(firstRuns), pct(0), pct(0.5), pct(0.9), pct(1), slowDesc, takeBound)
+	logFailoverFigures(t, fs, fr, rts, promoted, takeBound)
 	t.Logf("the sentinel switched the master %d times; the deployment's roles from the Failover call:\n%s", switches, roleLog)
 	t.Logf("all given %v after the senders stopped; settled %v after that; Close %v", allGiven.Sub(sendsEnd).Round(time.Millisecond), settled.Round(time.Millisecond), closeTimes)
 	logTop(t, logs, 8)
@@ -480,85 +268,9 @@ func nodeLogs(st *redistest.Sentinel) string {
 	return b.String()
 }
 
-// sentinelRuns is the three runtimes "A", "B" and "C" of a Sentinel load
-// test, each on its own failover client with go-redis's defaults and
-// redisstreams.New with opts, logging to logs and recording into lg.
-type sentinelRuns struct {
-	rts    []*signals.Runtime
-	bes    []*redisstreams.Backend
-	closed bool
-}
-
-// startSentinelRuns starts them; t.Cleanup closes them unless closeAll did.
-func startSentinelRuns(t *testing.T, st *redistest.Sentinel, opts redisstreams.Options, lg *bhLog, logs logCount, ttl, recovery time.Duration) *sentinelRuns {
-	logger := slog.New(logs)
-	opts.Logger = logger
-	s := &sentinelRuns{}
-	for _, id := range []string{"A", "B", "C"} {
-		b, err := redisstreams.New(st.Client(t), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
-			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.rts, s.bes = append(s.rts, rt), append(s.bes, b)
-	}
-	t.Cleanup(func() {
-		if s.closed {
-			return
-		}
-		for i := range s.rts {
-			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_ = s.rts[i].Close(cctx)
-			cancel()
-			_ = s.bes[i].Close()
-		}
-	})
-	return s
-}
-
-// closeAll closes each runtime with a 10s ctx, fails t when a Close returns
-// an error or takes longer than ttl + 1s, and returns how long each took.
-func (s *sentinelRuns) closeAll(t *testing.T, ttl time.Duration) []time.Duration {
-	t.Helper()
-	var took []time.Duration
-	for i, rt := range s.rts {
-		c0 := time.Now()
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := rt.Close(cctx)
-		cancel()
-		d := time.Since(c0)
-		took = append(took, d.Round(time.Millisecond))
-		if err != nil {
-			t.Errorf("%s's Close: %v", rt.ProcessID(), err)
-		}
-		if d > ttl+time.Second {
-			t.Errorf("%s's Close took %v, want at most TTL + 1s", rt.ProcessID(), d.Round(time.Millisecond))
-		}
-		_ = s.bes[i].Close()
-	}
-	s.closed = true
-	return took
-}
-
-// logTop logs the n most frequent log records counted by logs.
-func logTop(t *testing.T, logs logCount, n int) {
-	t.Helper()
-	logs.mu.Lock()
-	type kv struct {
-		k string
-		n int
-	}
-	var lk []kv
-	for k, v := range logs.n {
-		lk = append(lk, kv{k, v})
-	}
-	logs.mu.Unlock()
-	sort.Slice(lk, func(i, j int) bool { return lk[i].n > lk[j].n })
-	for _, x := range lk[:min(len(lk), n)] {
-		t.Logf("log %5d× %s", x.n, x.k)
-	}
+// startSentinelRuns starts the three runtimes of a Sentinel load test on
+// st, each on its own failover client with go-redis's defaults
+// (startLoadRuns).
+func startSentinelRuns(t *testing.T, st *redistest.Sentinel, opts redisstreams.Options, lg *bhLog, logs logCount, ttl, recovery time.Duration) *loadRuns {
+	return startLoadRuns(t, func() redis.UniversalClient { return st.Client(t) }, opts, lg, logs, ttl, recovery)
 }

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,7 +69,7 @@ func sentinelLostWrites(t *testing.T, synced bool) {
 		sendBackBound = 5 * time.Second
 		afterBack     = 3 * time.Second
 	)
-	logs := logCount{mu: &sync.Mutex{}, n: map[string]int{}}
+	logs := newLogCount()
 	logger := slog.New(logs)
 	lg := &bhLog{given: map[string][]loadGiven{}}
 	opts := redisstreams.Options{Prefix: prefix}

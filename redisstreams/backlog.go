@@ -72,7 +72,7 @@ func (b *Backend) groupBacklog(ctx context.Context, topic, group string) (pubsub
 	pipe := b.client.Pipeline()
 	sc := pipe.XInfoStream(ctx, key)
 	gc := pipe.XInfoGroups(ctx, key)
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	b.execPipe(ctx, pipe) // each command carries its own error
 	info, err := sc.Result()
 	switch {
 	case isNoSuchKey(err):

@@ -21,13 +21,31 @@ import (
 // Asserted: once the promoted replica answers ROLE as master, a publish,
 // a renewal of a lease held across the failover, an acquire of a new lease
 // and a group subscription's delivery of an event published after the
-// promotion each succeed within 15s (retried every 20ms).
+// promotion each succeed within 15s (retried every 20ms). So do, each on a
+// Backend of its own that made no call since before the kill (its own
+// default ClusterClient, its map of slots loaded before), a lone Publish
+// and a GroupBacklog of the topic: each must make the client reload the
+// map itself. (TestClusterFailoverUnderLoad in signals/loadtest found that
+// GroupBacklog did not, nor did a Publish sent alone, without a trim due:
+// they failed until go-redis's own reload, 60s.)
 func TestClusterMasterFailoverResumes(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	c := cl.Client(t)
 	b := psBackend(t, c, Options{Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
 	const topic = "cf-topic"
+	// The idle Backends, on the same prefix, each used once now (which
+	// loads its client's map of slots) and then not until the promotion.
+	// With RetainAll no publish is sent with a trim (otherwise one in up
+	// to 256 is, at random, in a pipeline).
+	idle := func() *Backend {
+		ib := psBackend(t, cl.Client(t), Options{Prefix: b.keys.Prefix(), Retention: pubsub.RetainAll, Logger: slog.New(slog.DiscardHandler)})
+		if err := ib.Publish(ctx, topic, pubsub.Event{Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		return ib
+	}
+	idlePub, idleBacklog := idle(), idle()
 	m, err := c.MasterForKey(ctx, b.keys.Stream(topic))
 	if err != nil {
 		t.Fatal(err)
@@ -47,18 +65,25 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 	}
 	var (
 		mu  sync.Mutex
-		got = map[string]int{}
+		got = map[string]int{} // "<subscription> <event ID>"
 	)
-	sub, err := b.Subscribe(ctx, topic, func(_ context.Context, e pubsub.Event) error {
-		mu.Lock()
-		got[e.ID]++
-		mu.Unlock()
-		return nil
-	}, pubsub.Group("g"))
-	if err != nil {
-		t.Fatal(err)
+	subscribe := func(on *Backend, name string, opts ...pubsub.SubscribeOption) {
+		sub, err := on.Subscribe(ctx, topic, func(_ context.Context, e pubsub.Event) error {
+			mu.Lock()
+			got[name+" "+e.ID]++
+			mu.Unlock()
+			return nil
+		}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
 	}
-	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	subscribe(b, "group", pubsub.Group("g"))
+	// Backends that only consume: their reads alone must make their
+	// clients reload the map.
+	subscribe(idle(), "consumer's group", pubsub.Group("g2"))
+	subscribe(idle(), "consumer's fan-out")
 	replicas := cl.ReplicasOf(t, addr)
 	if len(replicas) != 1 {
 		t.Fatalf("replicas of %s: %d, want 1", addr, len(replicas))
@@ -91,16 +116,31 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 		return err
 	})
 	retry("publish", func() error { return b.Publish(ctx, topic, pubsub.Event{ID: "after", Type: "t"}) })
-	retry("delivery", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if got["after"] == 0 {
-			return fmt.Errorf("not delivered")
-		}
-		return nil
+	// The idle Backends' first calls fail only after go-redis's dial
+	// retries to the dead address (1.7-3.3s): both at once.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		retry("a lone publish on an idle Backend", func() error { return idlePub.Publish(ctx, topic, pubsub.Event{Type: "t"}) })
 	})
+	wg.Go(func() {
+		retry("a backlog on an idle Backend", func() error {
+			_, err := idleBacklog.GroupBacklog(ctx, topic, "g")
+			return err
+		})
+	})
+	wg.Wait()
+	for _, name := range []string{"group", "consumer's group", "consumer's fan-out"} {
+		retry("delivery to the "+name, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if got[name+" after"] == 0 {
+				return fmt.Errorf("not delivered")
+			}
+			return nil
+		})
+	}
 	// The killed node back (it rejoins as a replica): go-redis's pools
 	// retry dialing a dead address every second from a goroutine of
 	// their own, which would outlive the test.
-	victim.Restart(t)
+	restartAwaitingRedials(t, victim)
 }

@@ -47,14 +47,22 @@
 //
 // On a Cluster, go-redis sends a dead master's slots to that master until
 // it reloads its map of slots, which it does on its own only every
-// ClusterStateReloadInterval (60s by default). A Backend's calls that fail
-// on a transport error or a MOVED reply ask the client to reload it, so
-// that after the Cluster promoted the dead master's replica its slots work
-// again within a second or so of the promotion
+// ClusterStateReloadInterval (60s by default). A Backend's calls and
+// subscription reads that fail on a transport error or a MOVED reply ask
+// the client to reload it, so that after the Cluster promoted the dead
+// master's replica its slots work again soon after the promotion: within
+// about a second on a Backend that kept calling them
 // (TestClusterMasterFailoverResumes: a renewal, an acquire, a publish and
 // a group delivery within 0-503ms, where each failed for the 15s the test
-// waited before; TestReviewAASyncedClusterFollowsFailover with the sync
-// options). The Cluster itself takes node-timeout (15s by default) and a
+// waited before; under load, TestClusterFailoverUnderLoad in
+// signals/loadtest: each signals runtime's Sends worked again 0.06-1.2s
+// after it; TestReviewAASyncedClusterFollowsFailover with the sync
+// options). A Backend that made no call to those slots since the master
+// died sees its first call fail only after go-redis's dial retries to the
+// dead address (1.7-4.2s with its defaults), and the next succeed
+// (TestClusterMasterFailoverResumes: a lone publish, a GroupBacklog, a
+// group's and a fan-out subscription's deliveries, each on a Backend of
+// its own). The Cluster itself takes node-timeout (15s by default) and a
 // vote to promote the replica.
 //
 // While a Cluster slot migrates (MIGRATING on its master, IMPORTING on the

@@ -195,7 +195,9 @@ func (s *streamBus) send(ctx context.Context, r *pubReq) {
 		return
 	}
 	seq := s.deletions()
-	id, err := s.b.client.XAdd(ctx, s.xaddArgs(r)).Result()
+	cmd := s.b.client.XAdd(ctx, s.xaddArgs(r))
+	s.b.reloadOnFailure(ctx, cmd) // as the pipelines do (execPipe)
+	id, err := cmd.Result()
 	s.answer(r, id, err, seq)
 	s.failQueuedAfter(ctx, []*pubReq{r})
 }

@@ -329,15 +329,22 @@ func (b *Backend) reloadOnFailure(ctx context.Context, cmds ...redis.Cmder) {
 		return
 	}
 	for _, c := range cmds {
-		err := c.Err()
-		if err == nil {
-			continue
-		}
-		if _, moved := redis.IsMovedError(err); moved || (isNetErr(err) && !errors.Is(err, redis.ErrClosed)) {
+		if staleMapErr(c.Err()) {
 			cc.ReloadState(ctx)
 			return
 		}
 	}
+}
+
+// staleMapErr reports an error after which a Cluster client's map of slots
+// may be stale: a MOVED reply, or a transport error (but not the client's
+// being closed).
+func staleMapErr(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, moved := redis.IsMovedError(err)
+	return moved || (isNetErr(err) && !errors.Is(err, redis.ErrClosed))
 }
 
 // xclaim runs XCLAIM a. With Options.PublishSyncReplicas it goes, followed

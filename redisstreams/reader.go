@@ -1176,7 +1176,11 @@ func (d *nodeReader) fail(ctx context.Context, err error, bo *backoff.Backoff) {
 	}
 	d.s.b.opts.Logger.Warn("redisstreams: fan-out read failed; retrying", "err", err)
 	d.bl.reset() // the next read re-homes the slots first (Cluster)
-	if isMoved(err) {
+	if isMoved(err) || staleMapErr(err) {
+		// A transport error too: after a master died and the Cluster
+		// promoted its replica, nothing answers MOVED, and a Backend
+		// that only reads would read the dead node until go-redis
+		// reloads the map on its own (60s; TestClusterMasterFailoverResumes).
 		d.s.reloadCluster(ctx)
 	}
 	_ = backoff.Sleep(ctx, bo.Next())

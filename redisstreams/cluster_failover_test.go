@@ -24,8 +24,8 @@ import (
 // promotion each succeed within 15s (retried every 20ms). So do, each on a
 // Backend of its own that made no call since before the kill (its own
 // default ClusterClient, its map of slots loaded before), a lone Publish
-// and a GroupBacklog of the topic: each must make the client reload the
-// map itself. (TestClusterFailoverUnderLoad in signals/loadtest found that
+// a GroupBacklog of the topic, a group Subscribe and a fan-out Subscribe:
+// each must make the client reload the map itself. (TestClusterFailoverUnderLoad in signals/loadtest found that
 // GroupBacklog did not, nor did a Publish sent alone, without a trim due:
 // they failed until go-redis's own reload, 60s.)
 func TestClusterMasterFailoverResumes(t *testing.T) {
@@ -45,7 +45,7 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 		}
 		return ib
 	}
-	idlePub, idleBacklog := idle(), idle()
+	idlePub, idleBacklog, idleGroupSub, idleFanSub := idle(), idle(), idle(), idle()
 	m, err := c.MasterForKey(ctx, b.keys.Stream(topic))
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +128,27 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 			return err
 		})
 	})
+	// A Subscribe on an idle Backend: a group's (its group and read guard
+	// are created, in one pipeline) and a fan-out one from the latest
+	// entry (it asks for the stream's last ID first).
+	for _, sc := range []struct {
+		name string
+		on   *Backend
+		opts []pubsub.SubscribeOption
+	}{
+		{"a group Subscribe on an idle Backend", idleGroupSub, []pubsub.SubscribeOption{pubsub.Group("g3")}},
+		{"a fan-out Subscribe on an idle Backend", idleFanSub, nil},
+	} {
+		wg.Go(func() {
+			retry(sc.name, func() error {
+				sub, err := sc.on.Subscribe(ctx, topic, func(context.Context, pubsub.Event) error { return nil }, sc.opts...)
+				if err == nil {
+					t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+				}
+				return err
+			})
+		})
+	}
 	wg.Wait()
 	for _, name := range []string{"group", "consumer's group", "consumer's fan-out"} {
 		retry("delivery to the "+name, func() error {

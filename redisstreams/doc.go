@@ -61,8 +61,11 @@
 // died sees its first call fail only after go-redis's dial retries to the
 // dead address (1.7-4.2s with its defaults), and the next succeed
 // (TestClusterMasterFailoverResumes: a lone publish, a GroupBacklog, a
-// group's and a fan-out subscription's deliveries, each on a Backend of
-// its own). The Cluster itself takes node-timeout (15s by default) and a
+// group's and a fan-out subscription's deliveries, a group Subscribe and a
+// fan-out Subscribe, each on a Backend of its own). Other calls a Backend
+// sends straight through the client (the passes' XPENDING and claims, acks)
+// do not ask for a reload themselves; they recover with the first reload
+// one of those calls asks for. The Cluster itself takes node-timeout (15s by default) and a
 // vote to promote the replica.
 //
 // While a Cluster slot migrates (MIGRATING on its master, IMPORTING on the

@@ -242,7 +242,8 @@ func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, 
 	noRetry(ctx, pipe, key)
 	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
 	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
-	_, _ = pipe.Exec(ctx)
+	cmds, _ := pipe.Exec(ctx)
+	s.b.reloadOnFailure(ctx, cmds...)
 	if err := create.Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
 	}
@@ -256,6 +257,7 @@ func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, 
 // keeps its position.
 func (s *streamBus) createGroup(ctx context.Context, key, group, start string) error {
 	err := s.b.client.XGroupCreateMkStream(ctx, key, group, start).Err()
+	s.b.reloadOnErr(ctx, err)
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
 	}

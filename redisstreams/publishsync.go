@@ -336,6 +336,17 @@ func (b *Backend) reloadOnFailure(ctx context.Context, cmds ...redis.Cmder) {
 	}
 }
 
+// reloadOnErr is reloadOnFailure for a call whose error is err: the calls
+// a Subscribe makes before its first read (the group's creation, the
+// stream's last ID), which a Backend that made no call since a master died
+// sends first (TestClusterMasterFailoverResumes: a Subscribe on such a
+// Backend failed for the 15s the test waited, until go-redis's own reload).
+func (b *Backend) reloadOnErr(ctx context.Context, err error) {
+	if cc, ok := b.client.(*redis.ClusterClient); ok && staleMapErr(err) {
+		cc.ReloadState(ctx)
+	}
+}
+
 // staleMapErr reports an error after which a Cluster client's map of slots
 // may be stale: a MOVED reply, or a transport error (but not the client's
 // being closed).

@@ -808,6 +808,7 @@ func (s *streamBus) startID(ctx context.Context, key string) (string, error) {
 
 func (s *streamBus) lastStreamID(ctx context.Context, key string) (string, error) {
 	info, err := s.b.client.XInfoStream(ctx, key).Result()
+	s.b.reloadOnErr(ctx, err)
 	switch {
 	case err == nil:
 		if info.LastGeneratedID != "" {
@@ -818,6 +819,7 @@ func (s *streamBus) lastStreamID(ctx context.Context, key string) (string, error
 		return "0-0", nil
 	case isUnknownCommand(err):
 		msgs, err := s.b.client.XRevRangeN(ctx, key, "+", "-", 1).Result()
+		s.b.reloadOnErr(ctx, err)
 		if err != nil {
 			return "", fmt.Errorf("redisstreams: xrevrange %q: %w", key, err)
 		}

@@ -29,6 +29,7 @@ import (
 // "not counted as a redelivery, nor as an extra attempt towards
 // MaxDeliveries").
 func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
@@ -103,6 +104,7 @@ func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
 // at once and runs it too: one entry on two handlers at once, well within
 // the first one's AckDeadline.
 func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
@@ -219,6 +221,7 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 // Before the hand-back existed, the entry stayed on the dead member, and
 // othersHold kept the subscription looking.
 func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
@@ -318,6 +321,7 @@ func awaitPutBack(t *testing.T, c *redis.Client, key, id string) {
 // the stall ends the dead-letter topic holds one copy per redelivery, each
 // a new entry that a dead-letter subscriber gets as DeliveryAttempt 1.
 func TestReviewDeadLetterRepeatsDuringStall(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()

@@ -113,6 +113,7 @@ func pendingOn(t *testing.T, c *redis.Client, key, group, id, not string, count 
 // version of this fix left it pending on the claimer, no later pass
 // looked, and e1 was not handed on within 15s of the resume.
 func TestPublishSyncClaimWaits(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
 	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()

@@ -18,6 +18,7 @@ import (
 // by review: the acker retried on context.Background(), and Close took 6
 // minutes.
 func TestCloseOnBlackHoleWithAckQueued(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	proxy := redistest.NewProxy(t, srv.Addr())

@@ -86,6 +86,7 @@ func stealSetup(t *testing.T) (b *Backend, srv *redistest.Server, releaseP chan 
 // and C ran them again as first attempts, beside P. A hand-back now claims
 // an entry only if it is still ours (min-idle: the time since our read).
 func TestHandBackLeavesClaimedEntries(t *testing.T) {
+	t.Parallel()
 	b, srv, releaseP, _, runs, rec := stealSetup(t)
 	ctx := context.Background()
 	c := srv.Client(t)

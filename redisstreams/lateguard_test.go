@@ -30,6 +30,7 @@ import (
 // a TTL, and the live subscription runs everything once, as first
 // attempts.
 func TestLateGuardCreateFailsSubscribe(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	px := redistest.NewProxy(t, srv.Addr())
@@ -91,6 +92,7 @@ func TestLateGuardCreateFailsSubscribe(t *testing.T) {
 
 // Variant: the NOGUARD re-creation (readLoop's plain SET guard readSeq) delivered late.
 func TestLateGuardRecreateKeepsStaleReadOut(t *testing.T) {
+	t.Parallel()
 	r := newLateRig(t)
 	ctx := context.Background()
 	r.publish("e1")

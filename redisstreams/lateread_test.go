@@ -13,6 +13,7 @@ import "testing"
 // and, under MaxDeliveries(1), dead-lettered it without any handler
 // running it. Found by review 5 of 2026-11-22.
 func TestLateReadAfterChecksRunsNothing(t *testing.T) {
+	t.Parallel()
 	r := newLateRig(t)
 	r.publish("e1")
 	r.holdNextRead()

@@ -84,6 +84,7 @@ func TestUnsubscribeDuringStalledReadHandsBack(t *testing.T) {
 // MaxDeliveries(2)). A claim of an entry of its own counts as the next
 // attempt again, like any claim.
 func TestFailedRetryClaimCountsAnAttempt(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	proxy := redistest.NewProxy(t, srv.Addr())

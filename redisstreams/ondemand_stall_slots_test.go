@@ -77,6 +77,7 @@ func (h *passCallCounter) counts(key string) (xinfo, undone int) {
 // after the replica resumed), where the healthy case took 146-152ms. Now
 // a Cluster's passes have slots per master: 2-149ms with the stall.
 func TestOnDemandStalledMasterSparesOtherMasters(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	for _, stall := range []bool{false, true} {
 		name := "healthy"

@@ -21,6 +21,7 @@ import (
 // retry them), so every Publish returns within two batches' timeouts of the
 // stall (5.0s). A NewURL client with go-redis's defaults.
 func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
+	t.Parallel()
 	queuedCallsFailWithTheBatchBefore(t, "publish", func(ctx context.Context, b *Backend, i int) error {
 		return b.Publish(ctx, fmt.Sprint("ff", i%4), pubsub.Event{Type: "x"})
 	})
@@ -30,6 +31,7 @@ func TestQueuedPublishesFailWithTheBatchBefore(t *testing.T) {
 // TestQueuedPublishesFailWithTheBatchBefore for lease calls (AcquireLease
 // on distinct keys): 45s before, 5.0s now.
 func TestQueuedLeaseCallsFailWithTheBatchBefore(t *testing.T) {
+	t.Parallel()
 	queuedCallsFailWithTheBatchBefore(t, "acquire", func(ctx context.Context, b *Backend, i int) error {
 		_, err := b.AcquireLease(ctx, fmt.Sprint("k", i), "o", time.Minute)
 		return err

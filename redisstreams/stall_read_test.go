@@ -22,6 +22,7 @@ import (
 // delivered all the same (recoverLost): every entry runs, none is
 // dead-lettered.
 func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -68,6 +69,7 @@ func TestStalledReadDeadLettersNothingUnrun(t *testing.T) {
 // after it. All six must be handled in publish order as first attempts
 // (before the fix: e2..e6, then e1 as a redelivery after AckDeadline).
 func TestStalledReadKeepsOrder(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 // TestTransferRetriedAcrossStallReportsDone: TransferLease on NewURL
 // defaults reports the transfer done.
 func TestTransferRetriedAcrossStallReportsDone(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -60,6 +61,7 @@ func TestTransferRetriedAcrossStallReportsDone(t *testing.T) {
 // TestHeldTransferRetriedAcrossStall: the same stall under a Keeper's
 // lease.Held.Transfer.
 func TestHeldTransferRetriedAcrossStall(t *testing.T) {
+	t.Parallel()
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()

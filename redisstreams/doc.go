@@ -124,8 +124,9 @@
 // times out, Subscribe fails (TestLateGuardCreateFailsSubscribe). A group
 // whose member handed entries back (see "Hand-back") has a hand-back
 // notice, <prefix>:{<topic>}:handback:<group>: deleted with the consumer of
-// the latest hand-back once a member took its entries over, and expiring 10
-// minutes after that hand-back otherwise.
+// the latest hand-back once a member took its entries over and no entry
+// handed back by any member waits any more, and expiring 10 minutes after
+// that hand-back otherwise.
 //
 // # Connections
 //

@@ -433,7 +433,7 @@ func (g *groupSub) cleanup() error {
 	// one step: the entries handed back above, or those of a read whose
 	// reply was lost (runReads), must keep it. Otherwise it stays until a
 	// member that takes those entries over deletes it (claimQueue).
-	_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, g.group, g.consumer).Err()
+	_ = g.deleteConsumer(ctx, g.consumer)
 	return nil
 }
 
@@ -690,6 +690,17 @@ const handBackMarkTTL = readGuardTTL
 // (reclaimLoop).
 func handBackMark(b *Backend, topic, group string) string {
 	return b.keys.StreamMeta(topic, "handback:"+keys.Escape(group))
+}
+
+// deleteConsumer deletes the group's consumer name if it holds nothing
+// (delete_consumer.lua), and the group's hand-back notice with it when the
+// notice tells of that consumer's hand-back and no entry of the group is
+// still handed back and unclaimed: a notice overwritten by a later
+// hand-back stands for the earlier ones too, whose entries members of
+// other processes would otherwise take only at their periodic pass
+// (TestReviewBBNoticeKeptWhileHandedBackEntriesWait).
+func (g *groupSub) deleteConsumer(ctx context.Context, name string) error {
+	return deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, g.group, name, handBackIdle/2).Err()
 }
 
 // handBackArgs returns the first arguments of hand_back.lua for a hand-back
@@ -1255,7 +1266,7 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	// subscriptions, which cleanup keeps while they hold entries, would
 	// pile up. A live one that reads again is recreated by its read.
 	for c := range from {
-		_ = deleteConsumerScript.Run(ctx, g.s.b.client, []string{g.key, g.mark}, g.group, c).Err()
+		_ = g.deleteConsumer(ctx, c)
 	}
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))
@@ -1688,7 +1699,7 @@ func (g *groupSub) reapConsumers() {
 		if c.Name == g.consumer || c.Pending > 0 || c.Idle < consumerReapIdle {
 			continue
 		}
-		_ = deleteConsumerScript.Run(g.ctx, g.s.b.client, []string{g.key, g.mark}, g.group, c.Name).Err()
+		_ = g.deleteConsumer(g.ctx, c.Name)
 	}
 }
 

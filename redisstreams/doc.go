@@ -221,6 +221,11 @@
 // already, waited for the other member's periodic pass (15s). Should the
 // hand-back fail, the entries are taken over after the ack deadline, as a
 // dead member's are; should the notice fail, at the members' next pass.
+// While the stream's Cluster slot migrates, Redis refuses (TRYAGAIN) a
+// script of both keys unless both are on the node that gets it, and the
+// notice seldom exists: the entries then go back without it (members of
+// other processes take them at their next pass;
+// TestReviewBBHandBackWhileSlotMigrates).
 //
 // # Eviction
 //

@@ -750,6 +750,10 @@ func newRetry() backoff.Backoff { return backoff.Backoff{Policy: retryPolicy} }
 // isNoGroup reports a NOGROUP reply: the stream or its group is gone.
 func isNoGroup(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOGROUP") }
 
+// isTryAgain reports Redis's TRYAGAIN: a command of several keys in a
+// migrating Cluster slot whose keys are not all on the node that got it.
+func isTryAgain(err error) bool { return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN") }
+
 // isNoSuchKey reports the reply of XINFO STREAM on a missing key.
 func isNoSuchKey(err error) bool {
 	return err != nil && strings.Contains(strings.ToLower(err.Error()), "no such key")

@@ -213,7 +213,7 @@
 // (pubsub.ReadOnDemand) of another process does not read the notice: it
 // takes them at its next pass after a Kick. TestNackedEntryHandedBackOnStop
 // (ack deadline 30s): a nacked entry reached a member of the same Backend
-// or a subscription that started after the stop within 1ms, and a live
+// or a subscription that started after the stop within 1-2ms, and a live
 // member of another Backend within 1.7s (BlockTime 2s), as attempt 2, once;
 // before, the nack of a Concurrency(1) handler, and an attempt that failed
 // as the subscription stopped, stayed pending on the stopped consumer for

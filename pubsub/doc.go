@@ -21,7 +21,9 @@
 //     returned, the events it nacked and was to redeliver itself (also those
 //     whose handler failed as it stopped): another member, or the next one to
 //     subscribe, gets each promptly as its next attempt (counted towards
-//     [MaxDeliveries]), not after the [AckDeadline].
+//     [MaxDeliveries]), not after the [AckDeadline]; a [ReadOnDemand] member
+//     reads only when kicked, so it may get them only then (the backend's
+//     documentation says when).
 //   - At-least-once: a delivery that is not acked (handler error, panic, or no
 //     answer within [AckDeadline] because the consumer died) is delivered
 //     again, to the same subscription or to another member of its group, and

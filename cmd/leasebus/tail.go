@@ -24,7 +24,8 @@ others); with --group the command is one member of that consumer group and
 acks what it prints. With --group and --count, the events it was handed
 beyond --count are not printed and not acked: they go back to the group as
 the command exits, at once (not after the group's ack deadline), so another
-member or the next tail --group gets them.`)
+member or the next tail --group gets them (marked attempt=2: the group
+counts each as delivered once).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	group := fs.String("group", "", "consume as a member of this consumer `group` (default: fan-out)")

@@ -246,8 +246,9 @@ func (bus *bus) publish(name, group string, e pubsub.Event) error {
 // first), at once when its member unsubscribes without acking it, and to
 // another member when it is not acked within its AckDeadline (read from the
 // Backend's Clock); a late ack of the first attempt still counts. Each
-// redelivery is the next attempt, counted towards MaxDeliveries. AckDeadline does not apply to
-// fan-out subscriptions: the only possible receiver is the one running it.
+// redelivery is the next attempt, counted towards MaxDeliveries.
+// AckDeadline does not apply to fan-out subscriptions: the only possible
+// receiver is the one running it.
 // A member subscribing with pubsub.ClaimPending takes over, as it subscribes,
 // every delivery of its group that another member holds unacked or that waits
 // for its redelivery, and runs those first, in publish order, as redeliveries.

@@ -585,7 +585,8 @@ func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) err
 // delivery count undone, and so are the entries it nacked and was to
 // redeliver (also those whose handler failed as it stopped), keeping their
 // count: the next delivery is the next attempt. The group's other members
-// take them within a BlockTime, those of the same Backend and a member
+// take them within a BlockTime (a ReadOnDemand member of another process
+// at its next pass after a Kick), those of the same Backend and a member
 // that subscribes later at once (package doc, "Hand-back"), not after the
 // ack deadline. Its consumer is deleted when it stops holding
 // nothing, or else by the member that takes its entries over, so consumers

@@ -162,7 +162,8 @@ type Options struct {
 	// refuses a command of several keys in a migrating slot unless all of
 	// them are on the node that gets it (TestSyncClusterFollowsAsk), so the
 	// slot's leases are lost at their deadlines (failing closed) if the
-	// migration outlasts them. Once it has moved, the first MOVED reply makes the Backend
+	// migration outlasts them. Once it has moved, the first MOVED reply
+	// makes the Backend
 	// reload the client's map of slots (go-redis alone would wait for
 	// ClusterStateReloadInterval, 60s by default), and the next calls go
 	// to the new master (TestSyncClusterFollowsSlotMove: a renewal retried
@@ -256,7 +257,8 @@ type Options struct {
 	// with TRYAGAIN and is tried again later. The target must be a master
 	// in the client's map of slots: a node that owns no slot yet (one
 	// added for the resharding) is not, and calls for keys already moved to
-	// it fail, saying so, until its first slot has moved. Once the slot has moved, the first MOVED
+	// it fail, saying so, until its first slot has moved. Once the slot
+	// has moved, the first MOVED
 	// reply makes the Backend reload the client's map of slots, so a retry
 	// reaches the new master (TestSyncClusterFollowsSlotMove: 22ms after
 	// the move; before, such publishes failed until go-redis reloaded the

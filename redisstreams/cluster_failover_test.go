@@ -94,7 +94,7 @@ func TestClusterMasterFailoverResumes(t *testing.T) {
 	const bound = 15 * time.Second
 	retry := func(what string, f func() error) {
 		t.Helper()
-		took, failed, err := retryUntil(bound, f)
+		took, failed, err := redistest.RetryUntil(bound, f)
 		if err != nil {
 			t.Errorf("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, err)
 			return

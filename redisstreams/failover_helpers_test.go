@@ -10,23 +10,6 @@ import (
 	"github.com/leasebus/leasebus/internal/redistest"
 )
 
-// retryUntil calls f every 20ms until it returns nil or bound has passed.
-// It returns how long that took, how many calls failed first, and the last
-// error when none succeeded (nil when one did).
-func retryUntil(bound time.Duration, f func() error) (took time.Duration, failed int, err error) {
-	start := time.Now()
-	for {
-		if err = f(); err == nil {
-			return time.Since(start), failed, nil
-		}
-		failed++
-		if time.Since(start) >= bound {
-			return time.Since(start), failed, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // killAndAwaitPromotion is redistest's Cluster.FailOver of the master at
 // addr, which replicas replicate, and logs how long the promotion took. It
 // returns the killed node (restart it at the end with

@@ -69,7 +69,7 @@ func TestReviewAASyncedClusterFollowsFailover(t *testing.T) {
 		if what == "unsynced XLEN" {
 			report = t.Logf // not asserted: go-redis's own routing
 		}
-		took, failed, err := retryUntil(bound, f)
+		took, failed, err := redistest.RetryUntil(bound, f)
 		if err != nil {
 			report("%s: %d calls in %v after the promotion all failed, the last with: %v", what, failed, bound, err)
 			return

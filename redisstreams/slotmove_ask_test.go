@@ -184,7 +184,7 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 		// Each try its own event: one that failed with ErrNotReplicated
 		// is stored all the same.
 		tries := 0
-		d, _, err := retryUntil(2*redistest.ReadyTimeout, func() error {
+		d, _, err := redistest.RetryUntil(2*redistest.ReadyTimeout, func() error {
 			tries++
 			resumed = fmt.Sprint("resumed-", tries)
 			return publish(moved, resumed)
@@ -242,7 +242,7 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 	t.Run("after", func(t *testing.T) {
 		var last string
 		for _, topic := range []string{moved, stays} {
-			d, failed, err := retryUntil(bound, func() error {
+			d, failed, err := redistest.RetryUntil(bound, func() error {
 				last = fmt.Sprint("after-", topic, "-", time.Now().UnixNano())
 				return publish(topic, last)
 			})
@@ -255,7 +255,7 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 			}
 		}
 		for _, name := range []string{moved, stays} {
-			if _, _, err := retryUntil(bound, func() error {
+			if _, _, err := redistest.RetryUntil(bound, func() error {
 				ok, err := b.RenewLease(ctx, name, "o", time.Minute)
 				if err == nil && !ok {
 					err = fmt.Errorf("not held")

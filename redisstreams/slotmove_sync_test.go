@@ -40,7 +40,7 @@ func TestSyncClusterFollowsSlotMove(t *testing.T) {
 	// retry is retryUntil, failing t when no call succeeded.
 	retry := func(t *testing.T, what string, f func() error) (time.Duration, int) {
 		t.Helper()
-		took, failed, err := retryUntil(bound, f)
+		took, failed, err := redistest.RetryUntil(bound, f)
 		if err != nil {
 			t.Fatalf("%s: %d calls in %v after the slot moved all failed, the last with: %v", what, failed, bound, err)
 		}

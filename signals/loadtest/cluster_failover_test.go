@@ -160,7 +160,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	// kill: its first call for the killed master's slots fails (after
 	// go-redis's dial retries) and must make the client reload its map of
 	// slots, as any idle client's would; checkSettled below needs it.
-	lookBack, lookFailed, lookErr := retryUntil(idleBackBound, func() error {
+	lookBack, lookFailed, lookErr := redistest.RetryUntil(idleBackBound, func() error {
 		_, err := look.GroupBacklog(ctx, signals.WorkTopic, signals.WorkGroup)
 		return err
 	})
@@ -221,21 +221,4 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Logf("an idle Backend's GroupBacklog ok after %d failed calls (%v, from %v after the promotion); all given %v after the senders stopped; settled %v after that; Close %v",
 		lookFailed, lookBack.Round(time.Millisecond), sendsEnd.Sub(promoted).Round(time.Millisecond), allGiven.Sub(sendsEnd).Round(time.Millisecond), settled.Round(time.Millisecond), closeTimes)
 	logTop(t, logs, 8)
-}
-
-// retryUntil calls f every 20ms until it returns nil or bound has passed.
-// It returns how long that took, how many calls failed first, and the last
-// error when none succeeded (nil when one did).
-func retryUntil(bound time.Duration, f func() error) (took time.Duration, failed int, err error) {
-	start := time.Now()
-	for {
-		if err = f(); err == nil {
-			return time.Since(start), failed, nil
-		}
-		failed++
-		if time.Since(start) >= bound {
-			return time.Since(start), failed, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

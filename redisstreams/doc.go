@@ -332,8 +332,15 @@
 // node's part was done, 24-25 completed and the slowest took 40-45s; and
 // in the signals runtime TestClusterStalledMasterSparesHealthyThreads:
 // Sends to threads on healthy masters returned within 7ms and ran within
-// 8ms). A call whose keys are on several masters (a PublishBatch across
-// topics) waits for each of them. The Backend keeps one set of batches per
+// 8ms). Group acks are written per master too, and a group Unsubscribe
+// waits only for the acks of its own master
+// (TestClusterStalledMasterSparesOtherAcks: an ack on a healthy master
+// written within 8-10ms of its handler's return while an ack for the paused
+// master waits; before, one pipeline carried every master's acks, and that
+// ack held the others, and each Unsubscribe, until CLUSTERDOWN; in signals,
+// a tenure that ended held the Sends to its thread, which then failed). A
+// Flush still waits for every ack queued before it. A call whose keys are
+// on several masters (a PublishBatch across topics) waits for each of them. The Backend keeps one set of batches per
 // master address its client has sent to, for its life, at most 64; calls
 // for masters beyond those share one. The first calls of a Backend on a
 // Cluster client wait (each until its ctx ends at most) for one load of the

@@ -102,7 +102,6 @@ func (s *streamBus) publishUnit(ctx context.Context, r *pubReq) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.start()
 	s.b.awaitSlotMap(ctx)
 	if err := ctx.Err(); err != nil {
 		return err

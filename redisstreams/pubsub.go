@@ -23,9 +23,8 @@ import (
 type streamBus struct {
 	b *Backend
 
-	startOnce sync.Once
-	ctx       context.Context // ends when close stops the readers
-	cancel    context.CancelFunc
+	ctx    context.Context // ends when close stops the readers
+	cancel context.CancelFunc
 
 	pubQ  lanes[*pubReq]  // publisher.go: coalesces concurrent publishes
 	readQ lanes[*readReq] // reads.go: coalesces group subscriptions' reads
@@ -104,20 +103,12 @@ func (s *streamBus) init(b *Backend) {
 	s.passes = make(chan struct{}, onDemandPasses)
 }
 
-// start launches the acker, once.
-func (s *streamBus) start() {
-	s.startOnce.Do(func() {
-		s.acks.start()
-	})
-}
-
 // enter registers a Publish or Subscribe call; it fails with ErrClosed after
 // Close. The caller must call s.leave.
 func (s *streamBus) enter() error {
 	if !s.b.life.Enter() {
 		return pubsub.ErrClosed
 	}
-	s.start()
 	return nil
 }
 
@@ -135,7 +126,6 @@ func (s *streamBus) abandoned() bool { return s.b.life.Aborted() }
 // marks the bus abandoned (what they return is not acked); stragglers is
 // closed once they have returned too.
 func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, err error) {
-	s.startOnce.Do(func() {}) // nothing started: nothing to stop but the ctx
 	s.mu.Lock()
 	subs := make([]subscription, 0, len(s.subs))
 	for sub := range s.subs {
@@ -332,7 +322,7 @@ func (s *streamBus) flush(ctx context.Context) error {
 	}
 	poll := backoff.Backoff{Policy: backoff.Policy{Min: time.Millisecond, Max: 20 * time.Millisecond}}
 	for {
-		if err := s.acks.flush(ctx); err != nil {
+		if err := s.acks.flush(ctx, ""); err != nil {
 			return err
 		}
 		rest := subs[:0]
@@ -350,7 +340,7 @@ func (s *streamBus) flush(ctx context.Context) error {
 		}
 		subs = rest
 		if len(subs) == 0 {
-			return s.acks.flush(ctx)
+			return s.acks.flush(ctx, "")
 		}
 		if err := backoff.Sleep(ctx, poll.Next()); err != nil {
 			return err

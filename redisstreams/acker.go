@@ -1,0 +1,214 @@
+package redisstreams
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// acker writes the acks of group deliveries in batches, per lane (laneOf:
+// on a Cluster client the stream's master as the client's map of slots has
+// it when the ack is queued, on any other client one lane). Each lane that
+// has acks to write runs one goroutine, which takes every ack queued in the
+// lane and sends them as one pipeline of XACKs (one per stream and group),
+// until none is left; then the lane goes. So a master that stops answering
+// holds only its own lane's acks: before lanes, one pipeline carried the
+// acks of every master, and one XACK for a paused master held every other
+// group's acks, and every Unsubscribe waiting for them, until the client's
+// timeouts (TestClusterStalledMasterSparesOtherAcks; in signals, a tenure
+// that ended then held the Sends to its thread until CLUSTERDOWN:
+// TestClusterStalledMasterSparesHealthyThreads). flush waits until the
+// acks queued before it are written (all of them, or a stream's); close
+// waits for the lanes to finish.
+//
+// Lifetime: a lane (its map entry and goroutine) lives while it has acks
+// queued or being written: TestAckerLanesGo.
+type acker struct {
+	b *Backend
+
+	mu     sync.Mutex
+	lanes  map[string]*ackLane // by lane name; present while its goroutine runs
+	closed bool
+	wg     sync.WaitGroup // the lanes' goroutines; Add only under mu, before closed
+
+	// ctx bounds every write; close cancels it ackCloseGrace after it
+	// began, and acks not written by then are given up on.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// ackLane is the acks of one lane waiting to be written, or being written.
+type ackLane struct {
+	queue    []ackReq
+	keys     map[string]int // streams with acks queued or being written here: how many
+	enq      uint64         // acks queued here so far
+	written  uint64         // acks finished (written, or given up after retries)
+	progress chan struct{}  // closed, and replaced, whenever a batch is finished
+}
+
+// ackCloseGrace is how long the acker's close keeps trying to write the
+// remaining acks. An ack given up on leaves its entry pending, redelivered
+// after its AckDeadline (at-least-once, never lost), so a Close on a Redis
+// that stopped answering returns instead of retrying for minutes.
+const ackCloseGrace = 10 * time.Second
+
+type ackReq struct{ key, group, id string }
+
+func (a *acker) init(b *Backend) {
+	a.b = b
+	a.lanes = make(map[string]*ackLane)
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+}
+
+// add queues the ack of entry id of stream key in group, and starts its
+// lane's goroutine when the lane had nothing to write. After close it does
+// nothing: the entry stays pending and is redelivered after its AckDeadline.
+func (a *acker) add(key, group, id string) {
+	name := a.b.laneOf(key) // outside mu: it reads the client's map of slots
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	l := a.lanes[name]
+	if l == nil {
+		l = &ackLane{keys: make(map[string]int), progress: make(chan struct{})}
+		a.lanes[name] = l
+		a.wg.Add(1)
+		go a.run(name, l)
+	}
+	l.queue = append(l.queue, ackReq{key, group, id})
+	l.keys[key]++
+	l.enq++
+}
+
+// run writes lane l's acks, batch after batch, until none is queued, and
+// then removes the lane.
+func (a *acker) run(name string, l *ackLane) {
+	defer a.wg.Done()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(l.queue) > 0 {
+		batch := l.queue
+		l.queue = nil
+		a.mu.Unlock()
+		a.write(batch)
+		a.mu.Lock()
+		for _, r := range batch {
+			if l.keys[r.key]--; l.keys[r.key] <= 0 {
+				delete(l.keys, r.key)
+			}
+		}
+		l.written += uint64(len(batch))
+		close(l.progress)
+		l.progress = make(chan struct{})
+	}
+	delete(a.lanes, name) // nothing queued or being written: written == enq
+}
+
+// flush waits until every ack queued before the call is finished (written,
+// or given up on), or with key set, every ack queued before the call in the
+// lanes holding acks of stream key; it returns ctx.Err() when ctx ends
+// first. A lane that finished everything queued before the call no longer
+// exists, or has written at least that much.
+func (a *acker) flush(ctx context.Context, key string) error {
+	type wait struct {
+		l      *ackLane
+		target uint64
+	}
+	var ws []wait
+	a.mu.Lock()
+	for _, l := range a.lanes {
+		if key == "" || l.keys[key] > 0 {
+			ws = append(ws, wait{l, l.enq})
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range ws {
+		for {
+			a.mu.Lock()
+			done, ch := w.l.written >= w.target, w.l.progress
+			a.mu.Unlock()
+			if done {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// close stops taking acks and waits for the lanes to write what they hold,
+// for ackCloseGrace at most: then their writes are cancelled and the acks
+// left are given up on (their entries are redelivered after their
+// AckDeadline).
+func (a *acker) close() error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	defer a.cancel()
+	giveUp := time.AfterFunc(ackCloseGrace, a.cancel)
+	defer giveUp.Stop()
+	a.wg.Wait()
+	return nil
+}
+
+// write sends batch, retrying failed XACKs with backoff for a while. An ack
+// that cannot be written leaves its entry pending: it is redelivered after
+// the ack deadline (at-least-once), never lost.
+func (a *acker) write(batch []ackReq) {
+	type sg struct{ key, group string }
+	byStream := make(map[sg][]string)
+	var order []sg
+	for _, r := range batch {
+		k := sg{r.key, r.group}
+		if _, ok := byStream[k]; !ok {
+			order = append(order, k)
+		}
+		byStream[k] = append(byStream[k], r.id)
+	}
+	bo := newRetry()
+	ctx := a.ctx
+	for try := 0; ; try++ {
+		if ctx.Err() != nil {
+			a.b.opts.Logger.Warn("redisstreams: closing: xack not written in time; entries stay pending and are redelivered after the ack deadline",
+				"streams", len(order))
+			return
+		}
+		pipe := a.b.client.Pipeline()
+		cmds := make([]*redis.IntCmd, len(order))
+		for i, k := range order {
+			cmds[i] = pipe.XAck(ctx, k.key, k.group, byStream[k]...)
+		}
+		_, _ = pipe.Exec(ctx)
+		var failed []sg
+		var lastErr error
+		for i, k := range order {
+			if err := cmds[i].Err(); err != nil && !isNoGroup(err) {
+				failed = append(failed, k)
+				lastErr = err
+			}
+		}
+		if len(failed) == 0 {
+			return
+		}
+		if try >= 8 {
+			a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
+				"streams", len(failed), "err", lastErr)
+			return
+		}
+		order = failed
+		wait := time.NewTimer(bo.Next())
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+		}
+	}
+}

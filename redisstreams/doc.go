@@ -339,8 +339,11 @@
 // master waits; before, one pipeline carried every master's acks, and that
 // ack held the others, and each Unsubscribe, until CLUSTERDOWN; in signals,
 // a tenure that ended held the Sends to its thread, which then failed). A
-// Flush still waits for every ack queued before it. A call whose keys are
-// on several masters (a PublishBatch across topics) waits for each of them. The Backend keeps one set of batches per
+// Flush still waits for every ack queued before it. Acks queued for a
+// master before a failover moved its slots wait for that master's batch
+// still; on a Ring all acks share one batch. A call whose keys are on
+// several masters (a PublishBatch across topics) waits for each of them.
+// The Backend keeps one set of batches per
 // master address its client has sent to, for its life, at most 64; calls
 // for masters beyond those share one. The first calls of a Backend on a
 // Cluster client wait (each until its ctx ends at most) for one load of the

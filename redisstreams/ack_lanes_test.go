@@ -2,6 +2,8 @@ package redisstreams
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +176,47 @@ func TestAckerLanesGo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkAck: the acker's cost per ack (XACK of an id no group holds, so
+// that the server's work stays the same): Lone adds one ack and waits for
+// it (flush), as a sparse stream's acks go; Concurrent adds from 8
+// goroutines per CPU and waits once at the end. On a standalone server.
+func BenchmarkAck(b *testing.B) {
+	redistest.Require(b)
+	srv := redistest.Start(b, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { _ = c.Close() })
+	be := newBackendOn(b, c)
+	ctx := context.Background()
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = be.keys.Stream(fmt.Sprint("ackbench-", i))
+		if err := c.XGroupCreateMkStream(ctx, keys[i], "g", "$").Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	a := &be.bus.acks
+	b.Run("Lone", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			a.add(keys[i%len(keys)], "g", "0-1")
+			if err := a.flush(ctx, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Concurrent", func(b *testing.B) {
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				a.add(keys[n.Add(1)%int64(len(keys))], "g", "0-1")
+			}
+		})
+		if err := a.flush(ctx, ""); err != nil {
+			b.Fatal(err)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +79,11 @@ func TestClusterStalledMasterSparesOtherAcks(t *testing.T) {
 	select {
 	case at = <-handled:
 	case <-time.After(2 * time.Second):
+		// Seen once in about 100 runs, unexplained: the stacks tell
+		// what the delivery waited for.
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Logf("goroutines:\n%s", buf)
 		t.Fatal("event on the healthy master not handled within 2s")
 	}
 	// XPENDING through the node's own client: the Cluster client is

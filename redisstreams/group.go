@@ -84,6 +84,11 @@ type groupSub struct {
 	// recovery is fetching, until they are queued (in inflight): neither
 	// takes an id the other is taking.
 	claiming map[string]bool
+	// undos counts the claims of this member that undoClaim put back
+	// (claimQueue), each counted before its ids' reservations end: a
+	// lost-read check sent before an undo may list an entry that the undo
+	// has since put back on another consumer (recoverLost).
+	undos atomic.Uint64
 
 	// due holds nacked entries whose redelivery delay has passed, for
 	// retryLoop; dueCh wakes it. Waiting entries hold no handler and no
@@ -528,7 +533,16 @@ func (g *groupSub) checkLost(pipe redis.Pipeliner) *redis.XPendingExtCmd {
 // checks end with the first clean one: it followed a read that ran, after
 // which no earlier read runs, however late the network delivers it
 // (read.lua refuses it).
-func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int) (msgs []*groupMsg, reserved []string, ok bool) {
+//
+// undos is g.undos as it was before the check was sent. When a claim of
+// this member was undone since, the check may have seen one of its
+// entries here, between the claim and the undo, which put it back on
+// another consumer: such an entry must not run here, or it runs twice
+// (any member's stale pass takes it from that consumer; seen in CI:
+// TestReviewHandBackUnsyncedRunsTwice, "e1 ran twice: B (attempt 2) …
+// then C (attempt 2)", with e1 pending on "dead" while B ran it). Then
+// only what the read returned is taken, and the next read checks again.
+func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, now time.Time, n int, undos uint64) (msgs []*groupMsg, reserved []string, ok bool) {
 	for _, xs := range res {
 		for _, msg := range xs.Messages {
 			msgs = append(msgs, &groupMsg{id: msg.ID, values: msg.Values, attempt: 1, received: now})
@@ -565,6 +579,11 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		read[m.id] = true
 	}
 	g.mu.Lock()
+	if g.undos.Load() != undos {
+		// (A claim still being undone holds its ids' reservations.)
+		g.mu.Unlock()
+		return msgs, nil, true
+	}
 	for _, p := range pend {
 		if !g.seenSince[p.ID] && !read[p.ID] && g.reserveLocked(p.ID) {
 			msgs = append(msgs, &groupMsg{id: p.ID, attempt: max(int(p.RetryCount), 1), received: now})
@@ -896,6 +915,7 @@ func (g *groupSub) readLoop() {
 		}
 		read := pipe.EvalSha(g.ctx, readScript.Hash(), []string{g.key, g.guard}, args...)
 		var chk *redis.XPendingExtCmd
+		undos := g.undos.Load()
 		if g.suspect {
 			chk = g.checkLost(pipe) // after the read: see checkLost
 		}
@@ -979,7 +999,7 @@ func (g *groupSub) readLoop() {
 		}
 		bo.Reset()
 		if chk != nil {
-			msgs, reserved, ok := g.recoverLost(chk, res, now, n)
+			msgs, reserved, ok := g.recoverLost(chk, res, now, n, undos)
 			if !ok {
 				g.putTokens(n)
 				g.fail(errors.New("checking for the entries of a lost read failed"), &bo)
@@ -1280,6 +1300,7 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		// retries, a stale pass (this member's or another's) claims
 		// them again later.
 		g.undoClaim(ctx, msgs, pend)
+		g.undos.Add(1) // before the deferred release: see recoverLost
 		return 0, err
 	}
 	if err != nil {

@@ -39,31 +39,68 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 // which node replicates which master.
 func StartClusterReplicas(t testing.TB, masters, replicas int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterOptions{Masters: masters, Replicas: replicas})
+}
+
+// ClusterOptions configures a Cluster started by [StartClusterWith]. The
+// zero value of each field but Masters is what [StartClusterReplicas] uses.
+type ClusterOptions struct {
+	// Masters is the number of masters, at least 3.
+	Masters int
+	// Replicas is the number of replicas of each master (0: none).
+	Replicas int
+	// PartialCoverage starts every node with
+	// `--cluster-require-full-coverage no`: once the cluster deems a master
+	// failed (a master that stopped answering for [ClusterNodeTimeout], with
+	// no replica to promote), the other masters keep serving their slots,
+	// where Redis's default (yes) makes every node answer CLUSTERDOWN for
+	// every slot until the failed master's slots are covered again. A test
+	// that pauses a master past the node timeout and checks that the rest
+	// of the cluster goes on needs it.
+	PartialCoverage bool
+	// Args are extra redis-server arguments for every node, appended after
+	// the ones this package sets.
+	Args []string
+}
+
+// StartClusterWith starts a Cluster as o says, as [StartClusterReplicas]
+// does (it is StartClusterWith with o.Masters and o.Replicas alone): it
+// waits until every node reports cluster_state:ok with all slots covered
+// and every replica its link up, skips t when redis-server or redis-cli is
+// missing, and t.Cleanup kills every node.
+func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
 	Require(t)
 	requireBinary(t, "redis-cli")
+	masters, replicas := o.Masters, o.Replicas
 	if masters < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 masters, got %d", masters)
 	}
 	if replicas < 0 {
 		t.Fatalf("redistest: StartClusterReplicas: negative replica count %d", replicas)
 	}
+	args := []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())),
+	}
+	if o.PartialCoverage {
+		args = append(args, "--cluster-require-full-coverage", "no")
+	}
+	args = append(args, o.Args...)
 	c := &Cluster{masters: masters, replicas: replicas}
 	for i := 0; i < masters*(1+replicas); i++ {
-		c.nodes = append(c.nodes, start(t, Options{Args: []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())),
-		}}, true))
+		c.nodes = append(c.nodes, start(t, Options{Args: args}, true))
 	}
 	addrs := c.Addrs()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*ReadyTimeout)
 	defer cancel()
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	cli := append([]string{"--cluster", "create"}, addrs...)
+	cli = append(cli, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.CommandContext(ctx, "redis-cli", cli...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("redistest: redis-cli %s: %v\n%s\n%s", strings.Join(args, " "), err, out, c.logTails())
+		t.Fatalf("redistest: redis-cli %s: %v\n%s\n%s", strings.Join(cli, " "), err, out, c.logTails())
 	}
 
 	deadline := time.Now().Add(ReadyTimeout)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -393,4 +394,85 @@ func TestProxyHoldNext(t *testing.T) {
 	if v, err := direct.Get(ctx, "k").Result(); err != nil || v != "late" {
 		t.Fatalf("GET k after Release = %q, %v; want the late SET to have run", v, err)
 	}
+}
+
+// TestClusterPartialCoverage: on a Cluster started with PartialCoverage, a
+// master paused past the node timeout is deemed failed by the others
+// (CLUSTER NODES: "fail"), and the other masters go on serving their slots
+// (cluster_state:ok, a SET answered); once resumed, the paused master
+// serves its own slots again.
+func TestClusterPartialCoverage(t *testing.T) {
+	c := StartClusterWith(t, ClusterOptions{Masters: 3, PartialCoverage: true})
+	ctx := t.Context()
+	cc := c.Client(t)
+	nodes := c.Nodes()
+	paused, healthy := nodes[0], nodes[1]
+	keyOn := func(addr string) string {
+		for i := 0; ; i++ {
+			key := fmt.Sprint("pc-", i)
+			m, err := cc.MasterForKey(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Options().Addr == addr {
+				return key
+			}
+		}
+	}
+	kPaused, kHealthy := keyOn(paused.Addr()), keyOn(healthy.Addr())
+	pausedID, err := paused.Client(t).Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	paused.Pause(t)
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			paused.Resume(t)
+		}
+	})
+	pausedAt := time.Now()
+	hc := healthy.Client(t)
+	if _, _, err := RetryUntil(ClusterNodeTimeout+10*time.Second, func() error {
+		nodes, err := hc.ClusterNodes(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(nodes, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == pausedID {
+				if slices.Contains(strings.Split(f[2], ","), "fail") {
+					return nil
+				}
+				return fmt.Errorf("flags of the paused node: %s", f[2])
+			}
+		}
+		return fmt.Errorf("paused node %s not in CLUSTER NODES:\n%s", pausedID, nodes)
+	}); err != nil {
+		t.Fatalf("the paused master was not deemed failed: %v", err)
+	}
+	failedAt := time.Now()
+	info, err := hc.ClusterInfo(ctx).Result()
+	if err != nil || !strings.Contains(info, "cluster_state:ok") {
+		t.Errorf("CLUSTER INFO on a healthy master with a failed one: %v\n%s", err, info)
+	}
+	s0 := time.Now()
+	if err := cc.Set(ctx, kHealthy, "x", 0).Err(); err != nil {
+		t.Errorf("SET %s on a healthy master with a failed one: %v", kHealthy, err)
+	}
+	setTook := time.Since(s0)
+	if setTook > time.Second {
+		t.Errorf("SET %s on a healthy master took %v", kHealthy, setTook)
+	}
+
+	paused.Resume(t)
+	resumed = true
+	resumedAt := time.Now()
+	if _, _, err := RetryUntil(ReadyTimeout+ClusterNodeTimeout, func() error {
+		return cc.Set(ctx, kPaused, "y", 0).Err()
+	}); err != nil {
+		t.Errorf("SET %s on the resumed master: %v", kPaused, err)
+	}
+	t.Logf("the paused master deemed failed %v after the pause; SET on a healthy master then took %v; SET on the resumed master ok %v after the resume",
+		failedAt.Sub(pausedAt).Round(time.Millisecond), setTook.Round(time.Millisecond), time.Since(resumedAt).Round(time.Millisecond))
 }

@@ -190,6 +190,13 @@ type loadSender struct {
 	mu    sync.Mutex
 	sends []loadSend
 	proc  map[string]string // signal ID → the ProcessID of the runtime that sent it
+
+	// slow, when set (before the first send), is called from a goroutine
+	// of its own when a Send has not returned slowAfter after it began,
+	// while it still runs: a test that wants what the Send waits for (a
+	// goroutine dump) takes it there.
+	slow      func(rt, thread, id string, began time.Time)
+	slowAfter time.Duration
 }
 
 func newLoadSender(rts ...*signals.Runtime) *loadSender {
@@ -201,6 +208,11 @@ func (l *loadSender) send(i int, th, id string, d time.Duration) {
 	sctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	st := time.Now()
+	if l.slow != nil {
+		p := l.rts[i].ProcessID()
+		tm := time.AfterFunc(l.slowAfter, func() { l.slow(p, th, id, st) })
+		defer tm.Stop()
+	}
 	_, err := l.rts[i].Send(sctx, th, signals.Signal{ID: id, Type: "t"})
 	l.mu.Lock()
 	l.sends = append(l.sends, loadSend{id, th, st, time.Now(), err})
@@ -235,6 +247,18 @@ func (l *loadSender) warmUp(short, busy, perBusy int) {
 // from the runtime pick returns, 0-20ms apart, until the returned stop is
 // called; stop waits for them.
 func (l *loadSender) stream(senders, short, busy int, d time.Duration, pick func() int) (stop func()) {
+	return l.streamTo(senders, "s", d, func(k int64) string {
+		if k%40 == 0 { // some to the busy threads too
+			return fmt.Sprint("busy-", rand.IntN(busy))
+		}
+		return fmt.Sprint("short-", rand.IntN(short))
+	}, pick)
+}
+
+// streamTo is stream with signals "<idPrefix><k>", the k-th (from 1) to
+// the thread thread(k) returns; streams running at once need distinct
+// prefixes.
+func (l *loadSender) streamTo(senders int, idPrefix string, d time.Duration, thread func(k int64) string, pick func() int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var n atomic.Int64
@@ -242,11 +266,7 @@ func (l *loadSender) stream(senders, short, busy int, d time.Duration, pick func
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				k := n.Add(1)
-				th := fmt.Sprint("short-", rand.IntN(short))
-				if k%40 == 0 { // some to the busy threads too
-					th = fmt.Sprint("busy-", rand.IntN(busy))
-				}
-				l.send(pick(), th, fmt.Sprint("s", k), d)
+				l.send(pick(), thread(k), fmt.Sprint(idPrefix, k), d)
 				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 			}
 		})

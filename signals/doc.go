@@ -163,8 +163,11 @@
 //     0.5-3.7s after the lapse, and up to 18.7s after the kill at the
 //     default TTL. A runtime whose notice handler found a thread held tries
 //     it again the moment that lease can lapse (see "Takeover at the lapse"
-//     in the Design section). Close starts no run, lets running runs
-//     finish, and hands its signals to the live runtimes, which start
+//     in the Design section). Close starts no run (exactly: no
+//     RunStarted event has a Time after the Closing event's, the moment
+//     Close began; a run committed to just before may reach the agent
+//     just after Close was called, TestCloseClosingEventOrdersRuns),
+//     lets running runs finish, and hands its signals to the live runtimes, which start
 //     them within a recovery interval (TestProcCloseHandsOver); a Send
 //     still publishing when Close began reports Forwarded and is run by
 //     another runtime as promptly (TestSendWokeDuringClose). Close's ctx

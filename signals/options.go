@@ -52,7 +52,12 @@ const (
 // Event is one thing the runtime did, given to the observer set with
 // WithObserver. Fields that do not apply to a Kind are zero.
 type Event struct {
-	Kind    EventKind
+	Kind EventKind
+	// Time is when it happened: for RunStarted, when the runtime
+	// committed to the run (the agent is called just after); for Closing,
+	// when Close began. No RunStarted event of a runtime has a Time after
+	// its Closing event's, though the observer may be called for a run
+	// started just before Close after it is called for Closing.
 	Time    time.Time
 	Process string // the runtime's process ID
 	Thread  string
@@ -106,10 +111,12 @@ const (
 	// the middle of a hand-off, will be as soon as the next run starts (an
 	// event without RunID, followed by one with it).
 	Cancelled
+	// Closing: Close began (Time); no run of this runtime starts after it.
+	Closing
 )
 
 var kindNames = [...]string{"", "sent", "tenure-started", "recovered", "run-started", "signal-given",
-	"signal-skipped", "run-ended", "handed-off", "lease-lost", "released", "cancelled"}
+	"signal-skipped", "run-ended", "handed-off", "lease-lost", "released", "cancelled", "closing"}
 
 // String returns the kind's name, such as "run-started".
 func (k EventKind) String() string {

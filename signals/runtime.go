@@ -91,6 +91,7 @@ type Runtime struct {
 	runs       int           // agents running now
 	runsIdle   chan struct{} // closed when runs drops to 0 (nil: none waits)
 	runsClosed bool          // Close began: no run starts any more (runStarted)
+	closeBegan time.Time     // when Close set runsClosed (the Closing event's Time)
 	lastRunEnd time.Time     // when the last run returned
 
 	mu       sync.Mutex
@@ -257,7 +258,9 @@ func (rt *Runtime) emit(e Event) {
 	if rt.cfg.observer == nil {
 		return
 	}
-	e.Time = time.Now()
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	e.Process = rt.cfg.process
 	rt.cfg.observer(e)
 }
@@ -812,15 +815,17 @@ func (rt *Runtime) stepCtx(d time.Duration) (context.Context, context.CancelFunc
 // runStarted and runEnded count the agents running (see tearCtx).
 // runStarted reports false, counting nothing, once Close began: then the
 // run must not start (Close starts no run, and its teardown may already
-// be over: tearAfterRuns decides under runsMu).
-func (rt *Runtime) runStarted() bool {
+// be over: tearAfterRuns decides under runsMu). Otherwise it returns when
+// it committed to the run, read under runsMu, so that it is before the
+// Closing event's Time (the RunStarted event's Time).
+func (rt *Runtime) runStarted() (time.Time, bool) {
 	rt.runsMu.Lock()
 	defer rt.runsMu.Unlock()
 	if rt.runsClosed {
-		return false
+		return time.Time{}, false
 	}
 	rt.runs++
-	return true
+	return time.Now(), true
 }
 
 func (rt *Runtime) runEnded() {
@@ -1215,13 +1220,18 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // shutdown to complete.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.closeOnce.Do(func() {
+		// No run starts from here on (runStarted), before anything else
+		// can see that Close began (rt.closing, Send's ErrClosed).
+		rt.runsMu.Lock()
+		rt.runsClosed = true
+		rt.closeBegan = time.Now()
+		began := rt.closeBegan
+		rt.runsMu.Unlock()
 		rt.mu.Lock()
 		rt.closed = true
 		close(rt.closing)
 		rt.mu.Unlock()
-		rt.runsMu.Lock()
-		rt.runsClosed = true
-		rt.runsMu.Unlock()
+		rt.emit(Event{Kind: Closing, Time: began})
 		go rt.tearAfterRuns(rt.closedCh, max(rt.cfg.ttl, closeGrace))
 		go func() {
 			defer close(rt.closedCh)

@@ -614,7 +614,8 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 		abandon([]delivery{d}, errLeaseLost)
 		return false
 	}
-	if !rt.runStarted() {
+	startedAt, ok := rt.runStarted()
+	if !ok {
 		// Close began: it starts no run (its teardown may already be
 		// over). The signal stays in the inbox for whoever takes the
 		// thread next.
@@ -637,7 +638,7 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 		s: s, held: held, ctx: ctx, cur: []delivery{d},
 	}
 	s.ctlRunStarted(cancel, runID, r.Token)
-	rt.emit(Event{Kind: RunStarted, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
+	rt.emit(Event{Kind: RunStarted, Time: startedAt, Thread: s.thread, RunID: runID, Owner: r.Owner, Token: r.Token, Signals: r.Signals})
 	err := callAgent(ctx, rt.agent, r)
 	rt.runEnded()
 	s.ctlRunEnded()

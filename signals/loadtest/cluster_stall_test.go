@@ -155,8 +155,23 @@ func TestClusterStalledMasterUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// D's RunStarted events' Times (when D committed to each run) and its
+	// Closing event's: no run of D starts after Close began.
+	var dEvMu sync.Mutex
+	dStarted := map[string]time.Time{}
+	var dClosingAt []time.Time
 	d, err := signals.New(dB, lg.agent("D"), signals.WithProcessID("D"), signals.WithLogger(slog.New(logs)),
-		signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery),
+		signals.WithObserver(func(e signals.Event) {
+			dEvMu.Lock()
+			defer dEvMu.Unlock()
+			switch e.Kind {
+			case signals.RunStarted:
+				dStarted[e.RunID] = e.Time
+			case signals.Closing:
+				dClosingAt = append(dClosingAt, e.Time)
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,9 +681,16 @@ func TestClusterStalledMasterUnderLoad(t *testing.T) {
 	cm := checkMoved("C", cOwned, holed, holed.Add(takeBound), resumed, "the hole")
 	dm := checkMoved("D", dOwned, dCloseStart, dCloseEnd.Add(recovery+slack), sendsEnd.Add(time.Hour), "its Close")
 	// 7. D's Close: nil, within its bound, and no run of D starts after it
-	// began.
+	// began: D committed to each run (its RunStarted event's Time) before
+	// its Closing event. The agent's own clock cannot tell: a run committed
+	// to just before Close may reach the agent after Close was called (CI
+	// saw one 2ms after).
 	var dLastEnd time.Time
-	dRunsAfter := 0
+	dRunsAfter, dReachedAfter := 0, 0
+	dEvMu.Lock()
+	if len(dClosingAt) != 1 {
+		t.Errorf("D emitted %d Closing events, want 1", len(dClosingAt))
+	}
 	for _, r := range lg.runs {
 		if r.proc != "D" {
 			continue
@@ -677,12 +699,25 @@ func TestClusterStalledMasterUnderLoad(t *testing.T) {
 			dLastEnd = r.end
 		}
 		if r.start.After(dCloseStart) {
+			dReachedAfter++
+		}
+		at, ok := dStarted[r.id]
+		switch {
+		case !ok:
+			t.Errorf("run %s of %s on D: no RunStarted event", r.id, r.thread)
+		case len(dClosingAt) > 0 && at.After(dClosingAt[0]):
 			dRunsAfter++
 			if dRunsAfter <= 5 {
-				t.Errorf("run %s of %s on D started %v after D's Close began", r.id, r.thread, r.start.Sub(dCloseStart).Round(time.Millisecond))
+				t.Errorf("run %s of %s on D started %v after D's Closing event (%v after Close was called)",
+					r.id, r.thread, at.Sub(dClosingAt[0]), at.Sub(dCloseStart))
 			}
 		}
 	}
+	if len(dClosingAt) > 0 {
+		t.Logf("D's Closing event %v after Close was called; D's runs reaching the agent after Close was called: %d",
+			dClosingAt[0].Sub(dCloseStart), dReachedAfter)
+	}
+	dEvMu.Unlock()
 	if dCloseErr != nil {
 		t.Errorf("D's Close: %v", dCloseErr)
 	}

@@ -46,14 +46,8 @@ func pendingIDs(t *testing.T, c redis.UniversalClient, key string, n int) []stri
 // the last ack. (Review of helper 40, 2026-11-28.)
 func TestAckerStress(t *testing.T) {
 	redistest.Require(t)
-	cl := redistest.StartCluster(t, 3)
-	srv := redistest.Start(t, redistest.Options{})
-	for name, c := range map[string]redis.UniversalClient{
-		"Cluster":    redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}),
-		"Standalone": redis.NewClient(&redis.Options{Addr: srv.Addr()}),
-	} {
+	for name, c := range clusterAndStandalone(t) {
 		t.Run(name, func(t *testing.T) {
-			t.Cleanup(func() { _ = c.Close() })
 			b := newBackendOn(t, c)
 			ctx := context.Background()
 			const streams, per = 6, 600

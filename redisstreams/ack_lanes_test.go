@@ -131,14 +131,8 @@ func TestClusterStalledMasterSparesOtherAcks(t *testing.T) {
 // are all acked.
 func TestAckerLanesGo(t *testing.T) {
 	redistest.Require(t)
-	cl := redistest.StartCluster(t, 3)
-	srv := redistest.Start(t, redistest.Options{})
-	for name, c := range map[string]redis.UniversalClient{
-		"Cluster":    redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}),
-		"Standalone": redis.NewClient(&redis.Options{Addr: srv.Addr()}),
-	} {
+	for name, c := range clusterAndStandalone(t) {
 		t.Run(name, func(t *testing.T) {
-			t.Cleanup(func() { _ = c.Close() })
 			b := newBackendOn(t, c)
 			ctx := context.Background()
 			topics := []string{"lanes-a", "lanes-b"}
@@ -225,4 +219,21 @@ func BenchmarkAck(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+// clusterAndStandalone starts a 3-master Cluster and a standalone server
+// and returns a default client of each, by name, closed when t ends (also
+// when -run picks one of t's subtests).
+func clusterAndStandalone(t *testing.T) map[string]redis.UniversalClient {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3)
+	srv := redistest.Start(t, redistest.Options{})
+	cs := map[string]redis.UniversalClient{
+		"Cluster":    redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}),
+		"Standalone": redis.NewClient(&redis.Options{Addr: srv.Addr()}),
+	}
+	for _, c := range cs {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return cs
 }

@@ -68,8 +68,9 @@ func (h *passCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // TestOnDemandPassesBounded: 1,000 on-demand group subscriptions (as the
 // signals runtime holds one per active thread), kicked over and over, each
-// with a 20ms ack deadline (a periodic pass every 10ms), on a NewURL client
-// (go-redis's default pool of 10 per GOMAXPROCS). Their passes run at most
+// with the least ack deadline (1ms: a periodic pass every 10ms, the least
+// pass interval), on a NewURL client (go-redis's default pool of 10 per
+// GOMAXPROCS). Their passes run at most
 // 4 at once, whatever their number, so that the calls of everything else
 // on the client, lease renewals first, still get a connection: a lease
 // call made every 20ms meanwhile answers within 1s, always. Before the

@@ -107,3 +107,40 @@ func TestCloseClosingEventOrdersRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseFromClosingObserver: an observer that calls Close (and Status)
+// when it sees the Closing event does not deadlock Close: the event is
+// emitted outside Close's once-only section. Review of 6b17280: emitted
+// inside it, the observer's Close waited on that section forever.
+func TestCloseFromClosingObserver(t *testing.T) {
+	ps := newBackend(t)
+	var rt *signals.Runtime
+	inner := make(chan error, 1)
+	rt, err := signals.New(ps, func(ctx context.Context, r *signals.Run) error { return nil },
+		signals.WithLeaseTTL(2*time.Second), signals.WithLinger(20*time.Millisecond),
+		signals.WithObserver(func(e signals.Event) {
+			if e.Kind == signals.Closing {
+				_, _ = rt.Status(context.Background(), "t")
+				inner <- rt.Close(context.Background())
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Send(t.Context(), "t", signals.Signal{Type: "msg"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return within 20s: the observer's Close deadlocked it")
+	}
+	if err := <-inner; err != nil {
+		t.Fatalf("the observer's Close: %v", err)
+	}
+}

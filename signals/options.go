@@ -57,7 +57,9 @@ type Event struct {
 	// committed to the run (the agent is called just after); for Closing,
 	// when Close began. No RunStarted event of a runtime has a Time after
 	// its Closing event's, though the observer may be called for a run
-	// started just before Close after it is called for Closing.
+	// started just before Close after it is called for Closing (and for
+	// the teardown's Released events before it: Close emits Closing
+	// once its teardown started, and the observer may call Close).
 	Time    time.Time
 	Process string // the runtime's process ID
 	Thread  string

@@ -1219,19 +1219,19 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // is idempotent and safe to call concurrently; every call waits for the
 // shutdown to complete.
 func (rt *Runtime) Close(ctx context.Context) error {
+	var began time.Time // set by the call that closes
 	rt.closeOnce.Do(func() {
 		// No run starts from here on (runStarted), before anything else
 		// can see that Close began (rt.closing, Send's ErrClosed).
 		rt.runsMu.Lock()
 		rt.runsClosed = true
 		rt.closeBegan = time.Now()
-		began := rt.closeBegan
+		began = rt.closeBegan
 		rt.runsMu.Unlock()
 		rt.mu.Lock()
 		rt.closed = true
 		close(rt.closing)
 		rt.mu.Unlock()
-		rt.emit(Event{Kind: Closing, Time: began})
 		go rt.tearAfterRuns(rt.closedCh, max(rt.cfg.ttl, closeGrace))
 		go func() {
 			defer close(rt.closedCh)
@@ -1263,6 +1263,12 @@ func (rt *Runtime) Close(ctx context.Context) error {
 			rt.closeErr = errors.Join(uerr, cerr)
 		}()
 	})
+	if !began.IsZero() {
+		// Outside closeOnce and after the teardown started: an observer
+		// may call Close (it then waits for the teardown) or be slow
+		// without holding the teardown's clock back.
+		rt.emit(Event{Kind: Closing, Time: began})
+	}
 	select {
 	case <-rt.closedCh:
 		return rt.closeErr

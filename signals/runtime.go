@@ -91,7 +91,6 @@ type Runtime struct {
 	runs       int           // agents running now
 	runsIdle   chan struct{} // closed when runs drops to 0 (nil: none waits)
 	runsClosed bool          // Close began: no run starts any more (runStarted)
-	closeBegan time.Time     // when Close set runsClosed (the Closing event's Time)
 	lastRunEnd time.Time     // when the last run returned
 
 	mu       sync.Mutex
@@ -1225,8 +1224,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		// can see that Close began (rt.closing, Send's ErrClosed).
 		rt.runsMu.Lock()
 		rt.runsClosed = true
-		rt.closeBegan = time.Now()
-		began = rt.closeBegan
+		began = time.Now() // the Closing event's Time
 		rt.runsMu.Unlock()
 		rt.mu.Lock()
 		rt.closed = true

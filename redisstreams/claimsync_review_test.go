@@ -43,9 +43,7 @@ func TestReviewUnsyncedClaimsInflateCount(t *testing.T) {
 			if err := master.XGroupCreate(ctx, key, "g", "$").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-				t.Fatal(err)
-			}
+			publishSynced(t, b, master, topic, "e1")
 			// The dead member's read is replicated: the entry was
 			// delivered once, and no handler ever runs it before the
 			// stall.
@@ -115,9 +113,7 @@ func TestReviewHandBackUnsyncedRunsTwice(t *testing.T) {
 	if err := master.XGroupCreate(ctx, key, "g", "$").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
+	publishSynced(t, b, master, topic, "e1")
 	replica := replicaOf(t, st)
 	replica.Pause(t)
 	resumed := false
@@ -255,9 +251,7 @@ func TestReviewHandBackOnDemandBusyStuck(t *testing.T) {
 	}
 	defer func() { _ = sub.Unsubscribe(context.Background()) }()
 	time.Sleep(100 * time.Millisecond) // its first read: nothing
-	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
+	publishSynced(t, b, master, topic, "e1")
 	replica := replicaOf(t, st)
 	replica.Pause(t)
 	resumed := false
@@ -343,9 +337,7 @@ func TestReviewDeadLetterRepeatsDuringStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe(context.Background()) }()
-	if err := b.Publish(ctx, topic, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
-		t.Fatal(err)
-	}
+	publishSynced(t, b, master, topic, "e1")
 	select {
 	case <-paused:
 	case <-time.After(10 * time.Second):

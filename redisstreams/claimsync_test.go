@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -322,6 +323,24 @@ func BenchmarkGroupReadSync(b *testing.B) {
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 			})
 		}
+	}
+}
+
+// publishSynced publishes event id to topic, a test's setup step, on b
+// (PublishSyncReplicas 1 with a short PublishSyncTimeout) and returns once
+// the master's replica holds it. A WAIT that fell short on a loaded machine
+// (ErrNotReplicated) left the event on the master, so it is not published
+// again (that would store it twice): awaitSyncedClient waits on master until
+// the replica acknowledged a write made after it.
+func publishSynced(t *testing.T, b *Backend, master *redis.Client, topic, id string) {
+	t.Helper()
+	err := b.Publish(t.Context(), topic, pubsub.Event{ID: id, Type: "t"})
+	switch {
+	case errors.Is(err, ErrNotReplicated):
+		t.Logf("publish %s: %v; waiting for the replica", id, err)
+		awaitSyncedClient(t, master)
+	case err != nil:
+		t.Fatalf("publish %s: %v", id, err)
 	}
 }
 

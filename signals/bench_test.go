@@ -352,6 +352,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 		wg      sync.WaitGroup
 	)
 	statc := srv.Client(b)
+	scriptTimes := benchScriptTimes(b, statc)
 	stats0, cpu0 := benchCmdStats(b, statc)
 	procCPU0 := benchProcCPU()
 	b.ResetTimer()
@@ -397,6 +398,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 	settled := benchSettled(b, statc)
 	stats1, cpu1 := benchCmdStats(b, statc)
 	benchLogCmdStats(b, stats0, stats1, cpu0, cpu1, b.N)
+	scriptTimes(b.N)
 	// CPU per signal, of this process (all 3 runtimes and the senders) and
 	// of redis-server: less sensitive than signals/s to what else the
 	// machine runs.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -478,69 +477,47 @@ func TestClusterFewSlotsPerMasterBlockAlone(t *testing.T) {
 }
 
 // slotMigration moves the hash slot of a topic's stream from the master src
-// to another master, as redis-cli --cluster reshard does: begin marks the
-// slot IMPORTING on the target and MIGRATING on the source and MIGRATEs its
-// keys; finish assigns it to the target on every node (SETSLOT NODE).
+// to another master, as redis-cli --cluster reshard does
+// (redistest.SlotMove): begin marks the slot IMPORTING on the target and
+// MIGRATING on the source and MIGRATEs its keys; finish assigns it to the
+// target on every node (SETSLOT NODE). After begin, slot and dst name the
+// slot and the target, and admin holds a client of each master.
 type slotMigration struct {
 	t        *testing.T
-	admin    map[string]*redis.Client // node address -> a client of that node
-	ids      map[string]string        // node address -> its CLUSTER MYID
-	src, dst string
+	cl       *redistest.Cluster
+	key, src string
 	slot     int
+	dst      string
+	admin    map[string]*redis.Client // node address -> a client of that master
+	m        *redistest.SlotMove
 }
 
 func newSlotMigration(t *testing.T, cl *redistest.Cluster, b *Backend, topic, src string) *slotMigration {
-	t.Helper()
-	m := &slotMigration{t: t, admin: map[string]*redis.Client{}, ids: map[string]string{}, src: src,
-		slot: int(keys.Slot(b.keys.Stream(topic)))}
-	for _, n := range cl.Nodes() {
-		a := n.Client(t)
-		id, err := a.Do(context.Background(), "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.admin[n.Addr()], m.ids[n.Addr()] = a, id
-	}
-	for addr := range m.admin {
-		if addr != src {
-			m.dst = addr
-			break
-		}
-	}
-	return m
-}
-
-func (m *slotMigration) do(addr string, args ...any) {
-	m.t.Helper()
-	if err := m.admin[addr].Do(context.Background(), args...).Err(); err != nil {
-		m.t.Fatalf("%v on %s: %v", args, addr, err)
-	}
+	return &slotMigration{t: t, cl: cl, key: b.keys.Stream(topic), src: src}
 }
 
 // begin starts the migration and moves the slot's keys; it returns how
 // many there were.
 func (m *slotMigration) begin() int {
 	m.t.Helper()
-	ctx := context.Background()
-	m.do(m.dst, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.ids[m.src])
-	m.do(m.src, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.ids[m.dst])
-	ks, err := m.admin[m.src].ClusterGetKeysInSlot(ctx, m.slot, 1000).Result()
-	if err != nil || len(ks) == 0 {
-		m.t.Fatalf("keys in slot %d: %v, %v", m.slot, ks, err)
+	m.m = m.cl.StartSlotMove(m.t, m.key)
+	if m.m.From != m.src {
+		m.t.Fatalf("slot %d is on %s, want %s", m.m.Slot, m.m.From, m.src)
 	}
-	host, port, _ := strings.Cut(m.dst, ":")
-	for _, k := range ks {
-		if err := m.admin[m.src].Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
-			m.t.Fatalf("MIGRATE %s: %v", k, err)
-		}
+	m.slot, m.dst = m.m.Slot, m.m.To
+	m.admin = map[string]*redis.Client{}
+	for _, addr := range m.m.Masters() {
+		m.admin[addr] = m.m.Admin(addr)
 	}
-	return len(ks)
+	n := m.m.MigrateRest()
+	if n == 0 {
+		m.t.Fatalf("no keys in slot %d", m.slot)
+	}
+	return n
 }
 
 // finish assigns the slot to the target on every node.
 func (m *slotMigration) finish() {
 	m.t.Helper()
-	for addr := range m.admin {
-		m.do(addr, "CLUSTER", "SETSLOT", m.slot, "NODE", m.ids[m.dst])
-	}
+	m.m.Finish()
 }

@@ -67,10 +67,10 @@ func TestReviewBBHandBackWhileSlotMigrates(t *testing.T) {
 
 	// The migration, opened and left unfinished: every key of the slot
 	// still on the source.
-	m := startSlotMove(t, cl, c, key)
+	m := cl.StartSlotMove(t, key)
 	defer func() {
-		m.migrateRest()
-		m.finish()
+		m.MigrateRest()
+		m.Finish()
 	}()
 	if n, err := c.Exists(ctx, handBackMark(b, topic, "g")).Result(); err != nil || n != 0 {
 		t.Fatalf("hand-back notice: exists %d, %v; want none yet", n, err)
@@ -95,7 +95,7 @@ func TestReviewBBHandBackWhileSlotMigrates(t *testing.T) {
 	}
 	// A's consumer went once its entry was taken over.
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		cs, err := m.admin[m.from].XInfoConsumers(ctx, key, "g").Result()
+		cs, err := m.Admin(m.From).XInfoConsumers(ctx, key, "g").Result()
 		if err != nil {
 			t.Fatal(err)
 		}

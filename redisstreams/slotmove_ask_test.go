@@ -117,8 +117,8 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 	}
 
 	// The migration, left unfinished: "moved"'s keys on the target.
-	m := startSlotMove(t, cl, c, b.keys.Stream(moved))
-	ks, err := m.admin[m.from].ClusterGetKeysInSlot(context.Background(), m.slot, 1000).Result()
+	m := cl.StartSlotMove(t, b.keys.Stream(moved))
+	ks, err := m.Admin(m.From).ClusterGetKeysInSlot(context.Background(), m.Slot, 1000).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +131,10 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 		}
 	}
 	if len(left) == 0 || !strings.Contains(strings.Join(left, " "), "{"+stays+"}") {
-		t.Fatalf("keys of slot %d: %v; want some of %q's", m.slot, ks, stays)
+		t.Fatalf("keys of slot %d: %v; want some of %q's", m.Slot, ks, stays)
 	}
-	m.migrate(move...)
-	t.Logf("slot %d migrating from %s to %s: %d keys moved (%q's), %d left", m.slot, m.from, m.to, len(move), moved, len(left))
+	m.Migrate(move...)
+	t.Logf("slot %d migrating from %s to %s: %d keys moved (%q's), %d left", m.Slot, m.From, m.To, len(move), moved, len(left))
 	if err := c.Do(ctx, "XLEN", b.keys.Stream(moved)).Err(); err != nil {
 		t.Fatalf("XLEN through the ClusterClient (go-redis follows ASK): %v", err)
 	}
@@ -167,16 +167,16 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 
 	resumed := ""
 	t.Run("waitCountsTarget", func(t *testing.T) {
-		rs := cl.ReplicasOf(t, m.to)
+		rs := cl.ReplicasOf(t, m.To)
 		if len(rs) != 1 {
-			t.Fatalf("target %s has %d replicas, want 1", m.to, len(rs))
+			t.Fatalf("target %s has %d replicas, want 1", m.To, len(rs))
 		}
 		rs[0].Pause(t)
 		err := publish(moved, "paused")
 		err2 := publish(stays, "paused")
 		rs[0].Resume(t)
-		if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), m.to) {
-			t.Errorf("publish to %q with the target's replica paused = %v; want ErrNotReplicated naming %s", moved, err, m.to)
+		if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), m.To) {
+			t.Errorf("publish to %q with the target's replica paused = %v; want ErrNotReplicated naming %s", moved, err, m.To)
 		}
 		if err2 != nil {
 			t.Errorf("publish to %q (on the source) with the target's replica paused = %v; want nil", stays, err2)
@@ -236,8 +236,8 @@ func TestSyncClusterFollowsAsk(t *testing.T) {
 		}
 	})
 
-	m.migrateRest()
-	m.finish()
+	m.MigrateRest()
+	m.Finish()
 
 	t.Run("after", func(t *testing.T) {
 		var last string

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -138,10 +136,10 @@ func TestSyncClusterFollowsSlotMove(t *testing.T) {
 }
 
 // moveSlotSynced moves the hash slot of key from its master to another
-// master of cl, as redis-cli's resharding does: SETSLOT IMPORTING on the
-// target, MIGRATING on the source, MIGRATE of each of the slot's keys,
-// then SETSLOT NODE on every master. It leaves c's map of slots as it was
-// (it talks to each master through a client of its own).
+// master of cl, as redis-cli's resharding does (redistest.SlotMove): SETSLOT
+// IMPORTING on the target, MIGRATING on the source, MIGRATE of each of the
+// slot's keys, then SETSLOT NODE on every master. It leaves c's map of slots
+// as it was (the move talks to each master through a client of its own).
 func moveSlotSynced(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, key string) {
 	t.Helper()
 	beginSlotMove(t, cl, c, key)()
@@ -150,111 +148,15 @@ func moveSlotSynced(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient,
 // beginSlotMove is moveSlotSynced up to the SETSLOT NODEs: the slot's keys
 // are on the target and the source answers ASK for them. It returns a func
 // that ends the move.
-func beginSlotMove(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, key string) (finish func()) {
+func beginSlotMove(t *testing.T, cl *redistest.Cluster, _ *redis.ClusterClient, key string) (finish func()) {
 	t.Helper()
-	m := startSlotMove(t, cl, c, key)
-	if m.migrateRest() == 0 {
-		t.Fatalf("no keys in slot %d", m.slot)
+	m := cl.StartSlotMove(t, key)
+	if m.MigrateRest() == 0 {
+		t.Fatalf("no keys in slot %d", m.Slot)
 	}
-	return m.finish
-}
-
-// slotMove is a migration of one hash slot between two masters of a
-// Cluster, as redis-cli's resharding runs it, one step at a time.
-type slotMove struct {
-	t        *testing.T
-	slot     int
-	from, to string                   // addresses of the source and the target
-	admin    map[string]*redis.Client // a client of each master, by address
-	ids      map[string]string        // the node id of each master
-	moved    int                      // keys migrated so far
-}
-
-// startSlotMove opens the migration of key's hash slot from its master to
-// another master of cl: SETSLOT IMPORTING on the target, then MIGRATING on
-// the source. From then on the source answers ASK for the slot's keys it
-// does not hold, and the target serves them to a client that sent ASKING
-// first. It leaves c's map of slots as it was (it talks to each master
-// through a client of its own).
-func startSlotMove(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, key string) *slotMove {
-	t.Helper()
-	ctx := context.Background()
-	src, err := c.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
+	return func() {
+		t.Helper()
+		m.Finish()
+		t.Logf("slot %d (%d keys migrated) moved from %s to %s", m.Slot, m.Moved(), m.From, m.To)
 	}
-	m := &slotMove{t: t, slot: int(keys.Slot(key)), from: src.Options().Addr, admin: map[string]*redis.Client{}, ids: map[string]string{}}
-	for _, n := range cl.Nodes() {
-		a := n.Client(t)
-		role, err := a.Do(ctx, "ROLE").Slice()
-		if err != nil {
-			t.Fatalf("ROLE on %s: %v", n.Addr(), err)
-		}
-		if role[0] != "master" {
-			continue
-		}
-		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.admin[n.Addr()], m.ids[n.Addr()] = a, id
-	}
-	for addr := range m.admin {
-		if addr != m.from {
-			m.to = addr
-			break
-		}
-	}
-	if m.admin[m.from] == nil || m.to == "" {
-		t.Fatalf("masters %v: no source %s or no other master", m.ids, m.from)
-	}
-	m.do(m.to, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.ids[m.from])
-	m.do(m.from, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.ids[m.to])
-	return m
-}
-
-func (m *slotMove) do(addr string, args ...any) {
-	m.t.Helper()
-	if err := m.admin[addr].Do(context.Background(), args...).Err(); err != nil {
-		m.t.Fatalf("%v on %s: %v", args, addr, err)
-	}
-}
-
-// migrate moves ks, keys of the slot, from the source to the target in one
-// MIGRATE (atomic on the source, as redis-cli's batches of
-// --cluster-pipeline keys are).
-func (m *slotMove) migrate(ks ...string) {
-	m.t.Helper()
-	host, port, _ := strings.Cut(m.to, ":")
-	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-	for _, k := range ks {
-		args = append(args, k)
-	}
-	if err := m.admin[m.from].Do(context.Background(), args...).Err(); err != nil {
-		m.t.Fatalf("MIGRATE %v: %v", ks, err)
-	}
-	m.moved += len(ks)
-}
-
-// migrateRest migrates the keys of the slot still on the source and returns
-// how many it moved.
-func (m *slotMove) migrateRest() int {
-	m.t.Helper()
-	ks, err := m.admin[m.from].ClusterGetKeysInSlot(context.Background(), m.slot, 1000).Result()
-	if err != nil {
-		m.t.Fatalf("keys in slot %d: %v", m.slot, err)
-	}
-	if len(ks) > 0 {
-		m.migrate(ks...)
-	}
-	return len(ks)
-}
-
-// finish ends the migration (call migrateRest first): SETSLOT NODE on every master.
-func (m *slotMove) finish() {
-	m.t.Helper()
-	for addr := range m.admin {
-		m.do(addr, "CLUSTER", "SETSLOT", m.slot, "NODE", m.ids[m.to])
-	}
-	m.t.Logf("slot %d (%d keys migrated) moved from %s to %s", m.slot, m.moved, m.from, m.to)
 }

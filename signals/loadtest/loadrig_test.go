@@ -248,8 +248,9 @@ type loadRuns struct {
 	closed bool
 }
 
-// startLoadRuns starts them; t.Cleanup closes them unless closeAll did.
-func startLoadRuns(t *testing.T, newClient func() redis.UniversalClient, opts redisstreams.Options, lg *bhLog, logs logCount, ttl, recovery time.Duration) *loadRuns {
+// startLoadRuns starts them, each with extra options after the test's
+// own; t.Cleanup closes them unless closeAll did.
+func startLoadRuns(t *testing.T, newClient func() redis.UniversalClient, opts redisstreams.Options, lg *bhLog, logs logCount, ttl, recovery time.Duration, extra ...signals.Option) *loadRuns {
 	logger := slog.New(logs)
 	opts.Logger = logger
 	s := &loadRuns{}
@@ -258,8 +259,8 @@ func startLoadRuns(t *testing.T, newClient func() redis.UniversalClient, opts re
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt, err := signals.New(b, lg.agent(id), signals.WithProcessID(id), signals.WithLogger(logger),
-			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery))
+		rt, err := signals.New(b, lg.agent(id), append([]signals.Option{signals.WithProcessID(id), signals.WithLogger(logger),
+			signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(recovery)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,13 @@ func TestLeaseKeysGoAway(t *testing.T) {
 		t.Fatal("revoke of a released key succeeded")
 	}
 
-	h, err := lease.Keep(ctx, b, "kept", "a", ttl)
+	// The kept lease's TTL is a second, not ttl: renewed every third of a
+	// 300ms TTL, it failed closed once on a loaded CI machine ("loss
+	// deadline passed, no renewal completed in time"), as it must when a
+	// renewal is that late. 3s is still more than its counter would last
+	// unrenewed (keptTTL + FenceIdle).
+	const keptTTL = time.Second
+	h, err := lease.Keep(ctx, b, "kept", "a", keptTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +58,7 @@ func TestLeaseKeysGoAway(t *testing.T) {
 	if err := h.Err(); err != nil {
 		t.Fatalf("kept lease lost: %v", err)
 	}
-	if again := mustAcquire(t, b, "kept", "a", ttl); again.Token != h.Token() {
+	if again := mustAcquire(t, b, "kept", "a", keptTTL); again.Token != h.Token() {
 		t.Fatalf("re-acquire by the holder after 3x FenceIdle: token %d, want %d (the counter must outlive the lease)", again.Token, h.Token())
 	}
 	keptTok := h.Token()

@@ -1,6 +1,7 @@
 package loadtest_test
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -31,7 +32,9 @@ import (
 // the lease scripts and the guarded inbox reads among them, fail with
 // TRYAGAIN or ASK. The slots moved hold a busy thread's lease and inbox
 // (one hash slot per thread), a short thread's, another's done record,
-// and the work topic (every Send's wake notice). Unlike a
+// and the work topic (every Send's wake notice); each move of a thread's
+// slot begins right after two signals were sent to that thread, so that a
+// tenure holds its lease while the slot moves. Unlike a
 // failover, a resharding loses no write, so the guarantees hold whole
 // (redisstreams/doc.go: lease calls of a migrating slot fail until the
 // migration ends; a lease whose slot migrates longer than its TTL, here
@@ -53,7 +56,8 @@ import (
 // moves are reported as figures.
 //
 // 2026-11-29, on the shared 2-core machine under -race, these settings:
-// 19-20s; each move 1.24-1.30s; 3,300-3,600 Sends, 2-3 of them failed
+// 17-21s; each move 1.23-1.31s, each thread's lease held by a tenure as
+// its move began; 3,300-3,600 Sends, 1-3 of them failed
 // during the moves (Send's acquire of short-0's lease, while its slot
 // moved, answered TRYAGAIN or ASK: redisstreams/doc.go says lease calls of
 // a migrating slot fail); every accepted signal given, none
@@ -129,11 +133,14 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 
 	// The moves, one after the other, each of a slot that holds keys by
 	// now (the warm-up ran every thread once).
-	moves := []struct{ what, key string }{
-		{"busy-0's lease and inbox", space.Lease(signals.LeaseKey("busy-0"))},
-		{"short-0's lease and inbox", space.Stream(signals.InboxTopic("short-0"))},
-		{"short-1's done record", space.Lease("signals.done.short-1")},
-		{"the work topic", space.Stream(signals.WorkTopic)},
+	// A move of a thread's slot begins right after two signals were sent
+	// to the thread, so that a tenure holds its lease (a busy thread's run
+	// lasts 1-3s) or writes its done record while the slot moves.
+	moves := []struct{ what, key, thread string }{
+		{"busy-0's lease and inbox", space.Lease(signals.LeaseKey("busy-0")), "busy-0"},
+		{"short-0's lease and inbox", space.Stream(signals.InboxTopic("short-0")), "short-0"},
+		{"short-1's done record", space.Lease("signals.done.short-1"), "short-1"},
+		{"the work topic", space.Stream(signals.WorkTopic), ""},
 	}
 	firstMove := time.Now()
 	type moved struct {
@@ -142,9 +149,21 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		from, to    string
 		took        time.Duration
 		began, done time.Time
+		holder      string // the thread's lease holder as the move began
 	}
 	var done []moved
-	for _, mv := range moves {
+	for i, mv := range moves {
+		holder := ""
+		if mv.thread != "" {
+			for j := range 2 {
+				ls.send(rand.IntN(len(rts)), mv.thread, fmt.Sprint("mv", i, "-", j), sendCtx)
+			}
+			o, err := look.GetLeaseOwner(t.Context(), signals.LeaseKey(mv.thread))
+			if err != nil {
+				t.Fatalf("lease owner of %s: %v", mv.thread, err)
+			}
+			holder = cmp.Or(o, "nobody")
+		}
 		began := time.Now()
 		m := cl.StartSlotMove(t, mv.key)
 		ks := m.Keys(1000)
@@ -159,15 +178,15 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		}
 		time.Sleep(movePause)
 		m.Finish()
-		done = append(done, moved{mv.what, m.Slot, m.Moved(), m.From, m.To, time.Since(began), began, time.Now()})
+		done = append(done, moved{mv.what, m.Slot, m.Moved(), m.From, m.To, time.Since(began), began, time.Now(), holder})
 	}
 	movesEnd := time.Now()
 	time.Sleep(afterMoves)
 	stopSends()
 	sendsEnd := time.Now()
 	for _, d := range done {
-		t.Logf("moved slot %d (%s, %d keys) from %s to %s in %v, from %+.3fs after the first move began",
-			d.slot, d.what, d.keys, d.from, d.to, d.took.Round(time.Millisecond), d.began.Sub(firstMove).Seconds())
+		t.Logf("moved slot %d (%s, %d keys; the thread's lease held by %s as it began) from %s to %s in %v, from %+.3fs after the first move began",
+			d.slot, d.what, d.keys, cmp.Or(d.holder, "-"), d.from, d.to, d.took.Round(time.Millisecond), d.began.Sub(firstMove).Seconds())
 	}
 
 	// 1. No Send hangs; every Send begun sendBackBound after the moves

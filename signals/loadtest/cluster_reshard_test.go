@@ -41,8 +41,8 @@ import (
 // 3s, is lost, failing closed). Asserted:
 //
 //  1. no Send hangs: each returns within its ctx (2s; the warm-up's 10s)
-//     + 1s, and every Send
-//     begun sendBackBound (2s) after the last move ended returns nil;
+//     + 1s, and every Send begun sendBackBound (2s) after the last move
+//     ended returns nil;
 //  2. every signal of a Send that returned nil is given to an agent, more
 //     than once only marked Redelivered; one to a short thread, accepted
 //     during the moves, within the longest move + TTL + the recovery

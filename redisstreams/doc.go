@@ -78,7 +78,12 @@
 // nevertheless, synced or not: Redis answers TRYAGAIN to a command of
 // several keys in a migrating slot unless all of them are on the node that
 // gets it, and the lease scripts declare the lease's revoked mark, which
-// exists only after a revoke. They work again once the migration ends.
+// exists only after a revoke; once the lease's keys all moved, the source
+// answers ASK, which the lease calls (sent in batches on the master's own
+// client) do not follow. Either error names the slot. They work again once
+// the migration ends (TestClusterReshardUnderLoad in signals/loadtest: the
+// Sends that failed while a thread's slot moved failed with one or the
+// other, within their ctx).
 //
 // # Retention and cleanup
 //

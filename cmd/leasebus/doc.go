@@ -16,7 +16,12 @@
 //	          takeover after the kill. It stops as soon as every signal ran
 //	          (a few seconds) and exits 1 when a guarantee broke.
 //	leases    list live leases: key, holder, fencing token, time left
-//	          (--prefix to filter, --watch to refresh).
+//	          (--prefix to filter, --watch to refresh); leases revoke KEY
+//	          --reason R takes a lease away from its holder (lease.Revoker).
+//	threads   list the threads some process holds: owning process and run,
+//	          fencing token, time left, signals queued and in flight
+//	          (--watch to refresh); threads cancel THREAD cancels the run
+//	          holding it, wherever it runs (signals.Runtime.Cancel).
 //	tail      print the events of a topic as they arrive, one line each
 //	          (time, id, type, data), until interrupted.
 //	publish   publish one event to a topic (--type, --data JSON,

@@ -27,7 +27,8 @@
 //	publish   publish one event to a topic (--type, --data JSON,
 //	          --metadata k=v).
 //	topics    topics delete TOPIC: delete a topic's stream with its events
-//	          and consumer groups (pubsub.TopicDeleter).
+//	          and consumer groups (pubsub.TopicDeleter); a topic that does
+//	          not exist exits 1 unless --missing-ok.
 //
 // Every command takes --redis URL (default: the LEASEBUS_REDIS_URL
 // environment variable) and --help. Without a Redis URL, demo starts an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -13,9 +14,13 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 		`Delete TOPIC: its stream, with every event it keeps and every consumer
 group (positions and unacked events). Subscriptions that are live go on with
 the events published afterwards. The dead-letter topic TOPIC.dead is a topic
-of its own and is left alone.`)
+of its own and is left alone.
+
+A TOPIC that has no stream under --keyspace (a typo, or the wrong keyspace)
+is an error, exit 1, unless --missing-ok is given.`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
+	missingOK := fs.Bool("missing-ok", false, "exit 0 when TOPIC does not exist (nothing is deleted)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -27,11 +32,33 @@ of its own and is left alone.`)
 		return usageErrorf("want one TOPIC argument after delete, got %d (see leasebus topics --help)", len(pos)-1)
 	}
 	topic := pos[1]
+	if err := pubsub.ValidateTopic(topic); err != nil {
+		return usageErrorf("%v", err)
+	}
+	space, err := keys.NewSpace(*keyspace)
+	if err != nil {
+		return usageErrorf("--keyspace %q: %v", *keyspace, err)
+	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err
 	}
 	defer closeBackend(b)
+	// DeleteTopic returns nil for a topic that does not exist; an operator
+	// who mistyped it must not read "deleted". A stream created between
+	// this check and the deletion is deleted and reported as such.
+	key := space.Stream(topic)
+	n, err := b.Client().Exists(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("delete topic %q: look up %s: %w", topic, key, err)
+	}
+	if n == 0 {
+		if *missingOK {
+			fmt.Fprintf(e.stdout, "no topic %s under keyspace %s: nothing deleted\n", topic, *keyspace)
+			return nil
+		}
+		return fmt.Errorf("no topic %s under keyspace %s (no stream at %s): nothing deleted; --missing-ok makes this exit 0", topic, *keyspace, key)
+	}
 	var d pubsub.TopicDeleter = b
 	if err := d.DeleteTopic(ctx, topic); err != nil {
 		return fmt.Errorf("delete topic %q: %w", topic, err)

@@ -13,7 +13,8 @@ import (
 
 // TestTopicsDelete publishes to a topic that has a consumer group, deletes it
 // with "leasebus topics delete", and finds its stream (events and group)
-// gone; bad arguments exit 2.
+// gone; bad arguments exit 2; deleting a topic that does not exist exits 1
+// unless --missing-ok.
 func TestTopicsDelete(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -25,6 +26,8 @@ func TestTopicsDelete(t *testing.T) {
 		{"no topic", []string{"topics", "delete", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
 		{"two topics", []string{"topics", "delete", "a", "b", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
 		{"no redis", []string{"topics", "delete", "a"}, "no Redis server"},
+		{"bad topic", []string{"topics", "delete", "", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
+		{"bad keyspace", []string{"topics", "delete", "a", "--keyspace", "x{y}", "--redis", "redis://127.0.0.1:1"}, "--keyspace \"x{y}\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := leasebus(t, 10*time.Second, tc.args...)
@@ -60,8 +63,27 @@ func TestTopicsDelete(t *testing.T) {
 	if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {
 		t.Fatalf("EXISTS %s after delete = %d, %v; want 0", key, n, err)
 	}
-	// Deleting again is not an error.
-	if r := leasebus(t, 10*time.Second, "topics", "delete", "orders", "--redis", url); r.code != 0 {
-		t.Fatalf("second delete: exit %d, stderr %q", r.code, r.stderr)
+	// Deleting again (or a mistyped topic) must not say "deleted": it exits 1
+	// naming the topic, the keyspace and the key, unless --missing-ok.
+	r = leasebus(t, 10*time.Second, "topics", "delete", "orders", "--redis", url)
+	if r.code != exitFailed || r.stdout != "" ||
+		!strings.Contains(r.stderr, "no topic orders under keyspace "+redisstreams.DefaultPrefix) ||
+		!strings.Contains(r.stderr, key) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("second delete: exit %d, stdout %q, stderr %q; want exit %d and one line naming the topic, keyspace and key",
+			r.code, r.stdout, r.stderr, exitFailed)
+	}
+	r = leasebus(t, 10*time.Second, "topics", "delete", "orders", "--missing-ok", "--redis", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "no topic orders") || strings.Contains(r.stdout, "deleted topic") {
+		t.Fatalf("second delete --missing-ok: exit %d, stdout %q, stderr %q; want exit 0 and \"no topic orders\"", r.code, r.stdout, r.stderr)
+	}
+	// A topic under another keyspace is not this one's.
+	if r := leasebus(t, 10*time.Second, "publish", "orders", "--type", "t", "--keyspace", "other", "--redis", url); r.code != 0 {
+		t.Fatalf("publish under keyspace other: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := leasebus(t, 10*time.Second, "topics", "delete", "orders", "--redis", url); r.code != exitFailed {
+		t.Fatalf("delete under the default keyspace of a topic that exists only under \"other\": exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := leasebus(t, 10*time.Second, "topics", "delete", "orders", "--keyspace", "other", "--redis", url); r.code != 0 || !strings.Contains(r.stdout, "deleted topic orders") {
+		t.Fatalf("delete under keyspace other: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -266,6 +266,14 @@
 // process's cache of done thread/ID pairs, compared by value) is acked
 // without running: that is how a
 // duplicate Send, or a redelivery of a signal whose ack was lost, runs once.
+// A record write that fails is tried again, with a backoff of 20-400ms,
+// until the lease's loss deadline as the run ended (a Cluster slot that
+// migrates refuses the write for a second or so:
+// TestDoneRecordWrittenWhileItsSlotMoves); the run's entries are acked only
+// after it. If it still fails then, they are acked all the same (the run
+// happened) and their IDs are missing from the record: a duplicate Send of
+// one of them, at a process that has not cached it, runs it again, as after
+// an expired record.
 //
 // A wake notice is acked only when its signal is in the done record (or the
 // local cache). Its holder waits on the local tenure when this process holds

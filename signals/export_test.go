@@ -52,3 +52,9 @@ func GivenUp(rt *Runtime, thread string) int {
 // ReleaseGivenUp runs what Close does last for the runs of unknown outcome
 // rt remembers: it releases their leases (givenup.go).
 func ReleaseGivenUp(ctx context.Context, rt *Runtime) { rt.releaseGivenUp(ctx) }
+
+// RecordKey is the lease key of thread's done record.
+func RecordKey(thread string) string { return recordKey(thread) }
+
+// RecordHas reports whether the done record rec holds signal id.
+func RecordHas(rec, id string) bool { return recordHas(rec, id) }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -201,42 +202,66 @@ func recordAdd(rec string, ids, marks []string) string {
 	return next
 }
 
+// recordRetry spaces the tries of a done-record write after a call that
+// failed: a Cluster slot that migrates answers TRYAGAIN or ASK for a second
+// or so, a failover for a few seconds. The tries go on until the write's ctx
+// ends (the loss deadline of the tenure's lease, see session.complete).
+var recordRetry = backoff.Policy{Min: 20 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: true}
+
+// recordConflicts is how many times writeRecord reads the record again after
+// another writer changed it, before it gives up.
+const recordConflicts = 5
+
 // writeRecord adds ids to the thread's done record and returns the record
-// now stored. cached is the record last read or written.
+// now stored. cached is the record last read or written. A call that fails
+// is tried again (recordRetry) until ctx ends, unless the provider says the
+// call cannot succeed (bad input, closed, revoked): a failed write leaves
+// the IDs out of the record, so that a later duplicate Send of one of them,
+// at a process that has not cached it, runs it again. A try after a call of
+// unknown outcome is safe: the write is a compare-and-swap from the record
+// it read, and a record that already holds the IDs ends it.
 func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, ids, marks []string, ttl time.Duration) (string, error) {
 	key := recordKey(thread)
 	var lastErr error
-	for range 5 {
+	bo := backoff.Backoff{Policy: recordRetry}
+	for conflicts := 0; conflicts < recordConflicts; {
 		next := recordAdd(cached, ids, marks)
 		if next == cached {
 			return cached, nil
 		}
-		if cached == "" {
-			r, err := lp.AcquireLease(ctx, key, next, ttl)
-			if err != nil {
+		stored, won, err := recordStep(ctx, lp, key, cached, next, ttl)
+		if err != nil {
+			if !outcomeUnknown(err) || backoff.Sleep(ctx, bo.Next()) != nil {
 				return cached, err
 			}
-			if r.Acquired {
-				return next, nil
-			}
-			cached = r.Owner
 			continue
 		}
-		ok, err := lp.TransferLease(ctx, key, cached, next, ttl)
-		if err != nil {
-			return cached, err
-		}
-		if ok {
+		if won {
 			return next, nil
 		}
-		cur, err := lp.GetLeaseOwner(ctx, key)
-		if err != nil {
-			return cached, err
-		}
-		cached = cur
+		cached = stored
+		conflicts++
 		lastErr = fmt.Errorf("signals: done record of thread %q changed under its writer", thread)
 	}
 	return cached, lastErr
+}
+
+// recordStep is one compare-and-swap of the record at key from cached to
+// next: won, or the record found instead.
+func recordStep(ctx context.Context, lp lease.Provider, key, cached, next string, ttl time.Duration) (stored string, won bool, err error) {
+	if cached == "" {
+		r, err := lp.AcquireLease(ctx, key, next, ttl)
+		if err != nil {
+			return "", false, err
+		}
+		return r.Owner, r.Acquired, nil
+	}
+	ok, err := lp.TransferLease(ctx, key, cached, next, ttl)
+	if err != nil || ok {
+		return "", ok, err
+	}
+	cur, err := lp.GetLeaseOwner(ctx, key)
+	return cur, false, err
 }
 
 // doneCache remembers, per process, thread/ID pairs that were run, in a

@@ -113,7 +113,7 @@ func TestSyncClusterFollowsSlotMove(t *testing.T) {
 		}
 		retry(t, "publish before", func() error { return b.Publish(ctx, topic, pubsub.Event{ID: "before", Type: "t"}) })
 		awaitDelivered("before")
-		finish := beginSlotMove(t, cl, c, b.keys.Stream(topic))
+		finish := beginSlotMove(t, cl, b.keys.Stream(topic))
 		// While the slot moves, the source answers ASK: the publish and
 		// the group's reads follow it to the target
 		// (TestSyncClusterFollowsAsk).
@@ -142,13 +142,13 @@ func TestSyncClusterFollowsSlotMove(t *testing.T) {
 // as it was (the move talks to each master through a client of its own).
 func moveSlotSynced(t *testing.T, cl *redistest.Cluster, c *redis.ClusterClient, key string) {
 	t.Helper()
-	beginSlotMove(t, cl, c, key)()
+	beginSlotMove(t, cl, key)()
 }
 
 // beginSlotMove is moveSlotSynced up to the SETSLOT NODEs: the slot's keys
 // are on the target and the source answers ASK for them. It returns a func
 // that ends the move.
-func beginSlotMove(t *testing.T, cl *redistest.Cluster, _ *redis.ClusterClient, key string) (finish func()) {
+func beginSlotMove(t *testing.T, cl *redistest.Cluster, key string) (finish func()) {
 	t.Helper()
 	m := cl.StartSlotMove(t, key)
 	if m.MigrateRest() == 0 {

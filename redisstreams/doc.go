@@ -74,16 +74,26 @@
 // the synced calls of the sync options, which go to the key's master's own
 // client: they send the commands answered ASK again to the target, after
 // ASKING, with the WAIT, which then counts the target's replicas
-// (TestSyncClusterFollowsAsk). Lease calls of a migrating slot fail
-// nevertheless, synced or not: Redis answers TRYAGAIN to a command of
-// several keys in a migrating slot unless all of them are on the node that
-// gets it, and the lease scripts declare the lease's revoked mark, which
-// exists only after a revoke; once the lease's keys all moved, the source
-// answers ASK, which the lease calls (sent in batches on the master's own
-// client) do not follow. Either error names the slot. They work again once
-// the migration ends (TestClusterReshardUnderLoad in signals/loadtest: the
-// Sends that failed while a thread's slot moved failed with one or the
-// other, within their ctx).
+// (TestSyncClusterFollowsAsk). Lease scripts of a migrating slot cannot
+// run until the migration ends, synced or not: Redis answers TRYAGAIN to a
+// command of several keys in a migrating slot unless all of them are on the
+// node that gets it, and the lease scripts declare the lease's revoked mark,
+// which exists only after a revoke (once none of a lease's keys is left on
+// the source, it answers ASK, and the target TRYAGAIN). A refused script
+// did not run, so the single-lease calls (AcquireLease, RenewLease,
+// TransferLease, ReleaseLease, GetLeaseOwner, RevokeLease, LeaseState,
+// InspectLease) send it again, with a backoff of 10-200ms, until the
+// migration ends or their ctx does (on a ctx without a deadline, for at
+// most 5s), and return the refusal then (TestLeaseCallsRideThroughSlotMove:
+// calls made during a 0.7s move returned done just after it;
+// TestClusterReshardUnderLoad in signals/loadtest). RenewLeases does not:
+// a renewal of a migrating slot fails, and lease.Keeper tries it again
+// after min(TTL/10, its renew interval). A migration longer than what is left of a lease loses it,
+// failing closed. Lease calls batched for one master are sent in a pipeline
+// of that master's own client, and the calls it answers MOVED or ASK go
+// again one at a time through the ClusterClient (a ClusterClient pipeline
+// of go-redis v9.23 can send one command to two nodes at once when a
+// migrating slot's calls are answered both TRYAGAIN and ASK).
 //
 // # Retention and cleanup
 //

@@ -23,7 +23,7 @@ func (b *Backend) InspectLease(ctx context.Context, key string) (lease.Info, err
 	if b.isClosed() {
 		return lease.Info{}, lease.ErrClosed
 	}
-	info, ok, err := parseInspect(key, b.runLease(ctx, b.inspectCall(ctx, key)))
+	info, ok, err := parseInspect(key, b.runLeaseMigrating(ctx, b.inspectCall(ctx, key)))
 	if err != nil {
 		return lease.Info{}, b.leaseErr("inspect", key, err)
 	}

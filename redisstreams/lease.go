@@ -396,8 +396,18 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 // pipelineCalls sends calls in one pipeline; those the server answers
 // NOSCRIPT are sent again, as EVAL, in a second one. Each command carries its
 // own reply or error.
+//
+// On a Cluster whose map puts every call on one master, the pipeline is that
+// master's own (callsPipeline), and the calls it answers MOVED or ASK are
+// sent again one at a time through the ClusterClient, which follows the
+// redirection (followRedirects). A ClusterClient pipeline is not used there:
+// go-redis v9.23 sends a command of one again to two nodes at once, racing
+// on its reply, when the pipeline's first command on a node is answered
+// TRYAGAIN and another was redirected, as lease calls of a migrating slot
+// are (TestLeaseCallsRideThroughSlotMove found it under -race).
 func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
-	p := b.client.Pipeline()
+	pipeline := b.callsPipeline(calls)
+	p := pipeline()
 	for _, c := range calls {
 		_ = p.Process(ctx, c.cmd)
 	}
@@ -406,7 +416,7 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
 			if again == nil {
-				again = b.client.Pipeline()
+				again = pipeline()
 			}
 			b.hints.note(c.script, c.cmd.Err())
 			c.cmd = c.eval(ctx)
@@ -418,6 +428,44 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 	}
 	for _, c := range calls {
 		b.hints.note(c.script, c.cmd.Err())
+	}
+	b.followRedirects(ctx, calls)
+}
+
+// callsPipeline returns how to make a pipeline for calls: on a Cluster whose
+// map of slots puts all their keys on one master, that master's own client's
+// pipeline; otherwise the client's.
+func (b *Backend) callsPipeline(calls []*leaseCall) func() redis.Pipeliner {
+	cc, ok := b.client.(*redis.ClusterClient)
+	if !ok || len(calls) == 0 {
+		return b.client.Pipeline
+	}
+	m, err := cc.MasterForKey(noWait, calls[0].key)
+	if err != nil {
+		return b.client.Pipeline
+	}
+	addr := m.Options().Addr
+	for _, c := range calls[1:] {
+		if b.masterOf(c.key) != addr {
+			return b.client.Pipeline
+		}
+	}
+	return m.Pipeline
+}
+
+// followRedirects sends again, one at a time through the client (which
+// follows MOVED and ASK), each of calls a master's own pipeline had answered
+// MOVED or ASK: those did not run.
+func (b *Backend) followRedirects(ctx context.Context, calls []*leaseCall) {
+	if _, ok := b.client.(*redis.ClusterClient); !ok {
+		return
+	}
+	for _, c := range calls {
+		if err := c.cmd.Err(); redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") {
+			b.reloadOnFailure(ctx, c.cmd)
+			c.cmd = redis.NewCmd(ctx, slices.Clone(c.cmd.Args())...)
+			b.sendCall(ctx, c)
+		}
 	}
 }
 
@@ -508,9 +556,9 @@ func (b *Backend) AcquireLease(ctx context.Context, key, owner string, ttl time.
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "won", func(r any) bool { _, won := r.(int64); return won })
+		reply, err = b.runSyncedMigrating(ctx, c, b.keys.Lease(key), "won", func(r any) bool { _, won := r.(int64); return won })
 	} else {
-		reply, err = b.runLease(ctx, c).Result()
+		reply, err = b.runLeaseMigrating(ctx, c).Result()
 	}
 	if err != nil {
 		return lease.Result{}, b.leaseErr("acquire", key, err)
@@ -554,7 +602,7 @@ func (b *Backend) GetLeaseOwner(ctx context.Context, key string) (string, error)
 	if b.isClosed() {
 		return "", lease.ErrClosed
 	}
-	owner, err := b.runLease(ctx, newCall(ctx, ownerScript, []string{b.keys.Lease(key)})).Text()
+	owner, err := b.runLeaseMigrating(ctx, newCall(ctx, ownerScript, []string{b.keys.Lease(key)})).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return "", nil
@@ -575,7 +623,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if b.isClosed() {
 		return lease.ErrClosed
 	}
-	if err := b.runLease(ctx, newCall(ctx, releaseScript,
+	if err := b.runLeaseMigrating(ctx, newCall(ctx, releaseScript,
 		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, b.statusWindowMillis())).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
@@ -600,9 +648,9 @@ func (b *Backend) RenewLease(ctx context.Context, key, owner string, ttl time.Du
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "renewed", func(r any) bool { n, _ := r.(int64); return n == 1 })
+		reply, err = b.runSyncedMigrating(ctx, c, b.keys.Lease(key), "renewed", func(r any) bool { n, _ := r.(int64); return n == 1 })
 	} else {
-		reply, err = b.runLease(ctx, c).Result()
+		reply, err = b.runLeaseMigrating(ctx, c).Result()
 	}
 	if err != nil {
 		return false, b.leaseErr("renew", key, err)
@@ -647,9 +695,9 @@ func (b *Backend) TransferLeaseToken(ctx context.Context, key, fromOwner, toOwne
 	var reply any
 	var err error
 	if b.opts.leaseSync() {
-		reply, err = b.runSynced(ctx, c, b.keys.Lease(key), "won", func(r any) bool { n, _ := r.(int64); return n > 0 })
+		reply, err = b.runSyncedMigrating(ctx, c, b.keys.Lease(key), "won", func(r any) bool { n, _ := r.(int64); return n > 0 })
 	} else {
-		reply, err = b.runLease(ctx, c).Result()
+		reply, err = b.runLeaseMigrating(ctx, c).Result()
 	}
 	if err != nil {
 		return 0, b.leaseErr("transfer", key, err)

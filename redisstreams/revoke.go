@@ -97,7 +97,7 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	if forced {
 		force = "1"
 	}
-	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
+	n, err := b.runLeaseMigrating(ctx, newCall(ctx, revokeScript,
 		b.revokeKeys(key), reason, force, b.statusWindowMillis())).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
@@ -120,7 +120,7 @@ func (b *Backend) LeaseState(ctx context.Context, key string) (lease.State, erro
 	if b.isClosed() {
 		return lease.State{}, lease.ErrClosed
 	}
-	vals, err := b.runLease(ctx, newCall(ctx, stateScript,
+	vals, err := b.runLeaseMigrating(ctx, newCall(ctx, stateScript,
 		b.revokeKeys(key))).Slice()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -80,11 +80,13 @@
 // node that gets it, and the lease scripts declare the lease's revoked mark,
 // which exists only after a revoke (once none of a lease's keys is left on
 // the source, it answers ASK, and the target TRYAGAIN). A refused script
-// did not run, so the single-lease calls (AcquireLease, RenewLease,
-// TransferLease, ReleaseLease, GetLeaseOwner, RevokeLease, LeaseState,
+// did not run, so the single-lease calls that may run twice (AcquireLease,
+// RenewLease, TransferLease, ReleaseLease, GetLeaseOwner, LeaseState,
 // InspectLease) send it again, with a backoff of 10-200ms, until the
 // migration ends or their ctx does (on a ctx without a deadline, for at
-// most 5s), and return the refusal then (TestLeaseCallsRideThroughSlotMove:
+// most 5s), and return the refusal then; RevokeLease and ForceRevokeLease
+// fail at once with the refusal (a go-redis retry after a lost reply may be
+// what was refused, and a forced revoke must not run twice) (TestLeaseCallsRideThroughSlotMove:
 // calls made during a 0.7s move returned done just after it;
 // TestClusterReshardUnderLoad in signals/loadtest). RenewLeases does not:
 // a renewal of a migrating slot fails, and lease.Keeper tries it again

@@ -15,9 +15,19 @@ import (
 // them, which exists only after a revoke), and a command of several keys in
 // a migrating slot is answered TRYAGAIN unless all of them are on the node
 // that gets it, or ASK once none is; go-redis's own few quick retries end
-// long before a migration does. Refused, the script did not run, so the
-// lease calls send it again (runLeaseMigrating) until the migration ends
-// (TestLeaseCallsRideThroughSlotMove).
+// long before a migration does. Refused, the script did not run on that
+// try, so the lease calls send it again (runLeaseMigrating) until the
+// migration ends (TestLeaseCallsRideThroughSlotMove).
+//
+// An earlier try inside go-redis may have run it, though: go-redis sends a
+// command again after a lost reply (EOF, a read timeout), and that retry
+// may be the one refused. So only scripts that may run twice are sent
+// again: acquire (the same owner refreshes its own lease), renew, transfer
+// (its nonce makes a second run report the first), release (a second run
+// finds nothing to release, and its reply is not read), and the read-only
+// owner, state and inspect scripts. revoke.lua is not: a forced revoke
+// deletes the lease, and its second run would find none, or revoke the
+// next tenure (TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
 
 // migratingRetry spaces the tries of a lease script refused because its
 // slot migrates.

@@ -97,7 +97,11 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	if forced {
 		force = "1"
 	}
-	n, err := b.runLeaseMigrating(ctx, newCall(ctx, revokeScript,
+	// Not sent again while its slot migrates (runLeaseMigrating): a forced
+	// revoke deletes the lease, so a second run of one that ran (its reply
+	// lost, and go-redis's retry of it refused) would find no lease, or
+	// revoke the next tenure (TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
+	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
 		b.revokeKeys(key), reason, force, b.statusWindowMillis())).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)

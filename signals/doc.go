@@ -267,9 +267,10 @@
 // without running: that is how a
 // duplicate Send, or a redelivery of a signal whose ack was lost, runs once.
 // A record write that fails is tried again, with a backoff of 20-400ms,
-// until the lease's loss deadline as the run ended (a Cluster slot that
-// migrates refuses the write for a second or so:
-// TestDoneRecordWrittenWhileItsSlotMoves); the run's entries are acked only
+// for up to 2s and not past the lease's loss deadline as the run ended
+// (a call never sent because the one before it failed, a connection reset,
+// a Cluster slot that migrates: TestDoneRecordWrittenWhileItsSlotMoves,
+// TestDoneRecordWriteRetriesCallNotSent); the run's entries are acked only
 // after it. If it still fails then, they are acked all the same (the run
 // happened) and their IDs are missing from the record: a duplicate Send of
 // one of them, at a process that has not cached it, runs it again, as after

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"hash/maphash"
@@ -203,10 +204,15 @@ func recordAdd(rec string, ids, marks []string) string {
 }
 
 // recordRetry spaces the tries of a done-record write after a call that
-// failed: a Cluster slot that migrates answers TRYAGAIN or ASK for a second
-// or so, a failover for a few seconds. The tries go on until the write's ctx
-// ends (the loss deadline of the tenure's lease, see session.complete).
+// failed: a connection reset, a call never sent because the one before it
+// failed (lease.ErrNotSent), a Cluster slot that migrates (redisstreams
+// waits for that itself, within the call's ctx). The tries go on for at
+// most recordRetryFor, and not past the write's ctx (the loss deadline of
+// the tenure's lease, see session.complete): an error that lasts (a server
+// out of memory, say) holds the thread's next run that long, not a TTL.
 var recordRetry = backoff.Policy{Min: 20 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: true}
+
+const recordRetryFor = 2 * time.Second
 
 // recordConflicts is how many times writeRecord reads the record again after
 // another writer changed it, before it gives up.
@@ -214,16 +220,18 @@ const recordConflicts = 5
 
 // writeRecord adds ids to the thread's done record and returns the record
 // now stored. cached is the record last read or written. A call that fails
-// is tried again (recordRetry) until ctx ends, unless the provider says the
-// call cannot succeed (bad input, closed, revoked): a failed write leaves
-// the IDs out of the record, so that a later duplicate Send of one of them,
-// at a process that has not cached it, runs it again. A try after a call of
-// unknown outcome is safe: the write is a compare-and-swap from the record
-// it read, and a record that already holds the IDs ends it.
+// is tried again (recordRetry) for up to recordRetryFor within ctx, unless
+// the provider says the call cannot succeed (bad input, closed, revoked): a
+// failed write leaves the IDs out of the record, so that a later duplicate
+// Send of one of them, at a process that has not cached it, runs it again.
+// A try after a call of unknown outcome is safe: the write is a
+// compare-and-swap from the record it read, and a record that already holds
+// the IDs ends it.
 func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, ids, marks []string, ttl time.Duration) (string, error) {
 	key := recordKey(thread)
 	var lastErr error
 	bo := backoff.Backoff{Policy: recordRetry}
+	var retryCtx context.Context // from the first failure: recordRetryFor
 	for conflicts := 0; conflicts < recordConflicts; {
 		next := recordAdd(cached, ids, marks)
 		if next == cached {
@@ -231,7 +239,15 @@ func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, 
 		}
 		stored, won, err := recordStep(ctx, lp, key, cached, next, ttl)
 		if err != nil {
-			if !outcomeUnknown(err) || backoff.Sleep(ctx, bo.Next()) != nil {
+			if !recordRetryable(err) {
+				return cached, err
+			}
+			if retryCtx == nil {
+				var cancel context.CancelFunc
+				retryCtx, cancel = context.WithTimeout(ctx, recordRetryFor)
+				defer cancel()
+			}
+			if backoff.Sleep(retryCtx, bo.Next()) != nil {
 				return cached, err
 			}
 			continue
@@ -244,6 +260,15 @@ func writeRecord(ctx context.Context, lp lease.Provider, thread, cached string, 
 		lastErr = fmt.Errorf("signals: done record of thread %q changed under its writer", thread)
 	}
 	return cached, lastErr
+}
+
+// recordRetryable reports whether a record write that failed with err may
+// succeed when tried again: any error but bad input, a closed provider and
+// a revoked tenure. (Unlike outcomeUnknown, a call the provider never sent,
+// lease.ErrNotSent, is tried again: it surely did not run.)
+func recordRetryable(err error) bool {
+	var re *lease.RevokedError
+	return !errors.Is(err, lease.ErrInvalid) && !errors.Is(err, lease.ErrClosed) && !errors.As(err, &re)
 }
 
 // recordStep is one compare-and-swap of the record at key from cached to

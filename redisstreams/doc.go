@@ -80,18 +80,21 @@
 // node that gets it, and the lease scripts declare the lease's revoked mark,
 // which exists only after a revoke (once none of a lease's keys is left on
 // the source, it answers ASK, and the target TRYAGAIN). A refused script
-// did not run, so the single-lease calls that may run twice (AcquireLease,
-// RenewLease, TransferLease, ReleaseLease, GetLeaseOwner, LeaseState,
-// InspectLease) send it again, with a backoff of 10-200ms, until the
-// migration ends or their ctx does (on a ctx without a deadline, for at
-// most 5s), and return the refusal then; RevokeLease and ForceRevokeLease
-// fail at once with the refusal (a go-redis retry after a lost reply may be
-// what was refused, and a forced revoke must not run twice) (TestLeaseCallsRideThroughSlotMove:
-// calls made during a 0.7s move returned done just after it;
-// TestClusterReshardUnderLoad in signals/loadtest). RenewLeases does not:
-// a renewal of a migrating slot fails, and lease.Keeper tries it again
-// after min(TTL/10, its renew interval). A migration longer than what is left of a lease loses it,
-// failing closed. Lease calls batched for one master are sent in a pipeline
+// did not run, so the single-lease calls (AcquireLease, RenewLease,
+// TransferLease, ReleaseLease, GetLeaseOwner, RevokeLease,
+// ForceRevokeLease, LeaseState, InspectLease) send it again, with a
+// backoff of 10-200ms, until the migration ends or their ctx does (on a
+// ctx without a deadline, for at most 5s), and return the refusal then
+// (TestLeaseCallsRideThroughSlotMove: calls made during a 0.7s move
+// returned done just after it; TestClusterReshardUnderLoad in
+// signals/loadtest). Each script may so run twice, as go-redis's own retry
+// after a lost reply may run it before the refusal, and each may: transfer
+// and revoke carry a nonce that makes a second run report the first
+// (TestForceRevokeRetriedAfterLostReply,
+// TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove). RenewLeases
+// does not wait: a renewal of a migrating slot fails, and lease.Keeper
+// tries it again after min(TTL/10, its renew interval). A migration longer
+// than what is left of a lease loses it, failing closed. Lease calls batched for one master are sent in a pipeline
 // of that master's own client, and the calls it answers MOVED or ASK go
 // again one at a time through the ClusterClient (a ClusterClient pipeline
 // of go-redis v9.23 can send one command to two nodes at once when a

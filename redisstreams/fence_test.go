@@ -43,6 +43,15 @@ func TestLeaseKeysGoAway(t *testing.T) {
 	if err := b.RevokeLease(ctx, "k", "x"); err == nil {
 		t.Fatal("revoke of a released key succeeded")
 	}
+	// A revoked lease: its state record, revoked mark and revoke call mark
+	// go too.
+	mustAcquire(t, b, "rv", "a", ttl)
+	if err := b.ForceRevokeLease(ctx, "rv", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, b.keys.LeaseRevokeCall("rv")).Result(); err != nil || n != 1 {
+		t.Fatalf("revoke call mark after a revoke: EXISTS = %d, %v; want 1", n, err)
+	}
 
 	// The kept lease's TTL is a second, not ttl: renewed every third of a
 	// 300ms TTL, it failed closed once on a loaded CI machine ("loss

@@ -56,15 +56,14 @@ func (h lostReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // error is only that of go-redis's LAST internal attempt: a script that ran
 // on the first attempt, whose reply was lost (EOF, read timeout: go-redis
 // retries both), and whose retry met a slot migration that had begun in
-// between, ends with TRYAGAIN although it ran. revoke.lua is not
-// idempotent when forced: it deletes the lease key, so its second run finds
-// no live lease (ForceRevokeLease then returns lease.ErrNotHeld, "key has
-// no live lease", for a lease it did revoke), or, when a new owner took the
-// freed key between the two runs (what a forced revoke is for; that
-// owner's acquire waited for the same migration), it force-revokes that new
-// tenure. Before eda57d8, and again now that revokes are not sent again
-// (review by helper 51), the caller gets the TRYAGAIN: an error, never a
-// wrong definite answer.
+// between, ends with TRYAGAIN although it ran. A forced revoke deletes the
+// lease key, so its second run found no live lease (ForceRevokeLease then
+// returned lease.ErrNotHeld, "key has no live lease", for a lease it did
+// revoke), or, when a new owner took the freed key between the two runs
+// (what a forced revoke is for; that owner's acquire waited for the same
+// migration), it force-revoked that new tenure (helper 51's review of
+// eda57d8). revoke.lua now keeps the call's nonce: the second run reports
+// the revoke done and touches nothing.
 func TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(t)

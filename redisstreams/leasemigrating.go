@@ -21,13 +21,13 @@ import (
 //
 // An earlier try inside go-redis may have run it, though: go-redis sends a
 // command again after a lost reply (EOF, a read timeout), and that retry
-// may be the one refused. So only scripts that may run twice are sent
-// again: acquire (the same owner refreshes its own lease), renew, transfer
-// (its nonce makes a second run report the first), release (a second run
-// finds nothing to release, and its reply is not read), and the read-only
-// owner, state and inspect scripts. revoke.lua is not: a forced revoke
-// deletes the lease, and its second run would find none, or revoke the
-// next tenure (TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
+// may be the one refused. So the scripts sent again are those that may run
+// twice: acquire (the same owner refreshes its own lease), renew, transfer
+// and revoke (their nonces make a second run report the first: a forced
+// revoke run twice would otherwise find no lease, or revoke the next
+// tenure: TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove), release
+// (a second run finds nothing to release, and its reply is not read), and
+// the read-only owner, state and inspect scripts.
 
 // migratingRetry spaces the tries of a lease script refused because its
 // slot migrates.

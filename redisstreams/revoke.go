@@ -5,20 +5,25 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/lease"
 )
 
-// Revocation and lease status. Each lease key k has two more keys in its
+// Revocation and lease status. Each lease key k has three more keys in its
 // slot (see lua/revoke.lua): a state record, b.keys.LeaseState(k), a hash
 // with the holder and token of the latest tenure (written by acquire of a
 // free key and by transfer, with the lease's ttl plus lease.StatusWindow)
 // and, once it was revoked or released, that status, the reason and whether
 // the revoke was forced (then it expires lease.StatusWindow after the lease
 // ended); and a revoked mark, b.keys.LeaseRevoked(k), holding the revoked
-// owner, which exists only from a revoke until the next tenure. Renewals
+// owner, which exists only from a revoke until the next tenure; and a
+// revoke call mark, b.keys.LeaseRevokeCall(k), the nonce of the call that
+// revoked it, until a status window after the lease ended (a new tenure
+// leaves it), so that the call run again is told it ran. Renewals
 // read only the revoked mark (renew_many.lua with one MGET for the batch)
 // and write neither: renew, refresh and transfer of a revoked tenure answer
 // {reason} instead of touching the lease.
@@ -97,12 +102,14 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	if forced {
 		force = "1"
 	}
-	// Not sent again while its slot migrates (runLeaseMigrating): a forced
-	// revoke deletes the lease, so a second run of one that ran (its reply
-	// lost, and go-redis's retry of it refused) would find no lease, or
-	// revoke the next tenure (TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
-	n, err := b.runLease(ctx, newCall(ctx, revokeScript,
-		b.revokeKeys(key), reason, force, b.statusWindowMillis())).Int64()
+	// The nonce tells a second run of this call (go-redis's retry after a
+	// lost reply, or runLeaseMigrating's) that it ran: a forced revoke run
+	// twice would find no lease, or revoke the next tenure
+	// (TestForceRevokeRetriedAfterLostReply,
+	// TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
+	n, err := b.runLeaseMigrating(ctx, newCall(ctx, revokeScript,
+		append(b.revokeKeys(key), b.keys.LeaseRevokeCall(key)), reason, force, b.statusWindowMillis(),
+		strconv.FormatUint(rand.Uint64(), 36))).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
 	}

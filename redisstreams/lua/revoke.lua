@@ -13,8 +13,8 @@
 --          whose tenure was revoked. Renew, refresh and transfer scripts
 --          check it (renew_many.lua with one MGET); a new tenure deletes it.
 -- KEYS[5]  revoke call mark of the lease (same hash slot), a string: the
---          nonce of the latest call that revoked the lease, kept as long as
---          the revoked mark (a status window after the lease ended)
+--          nonce of the latest call that revoked the lease, kept until a
+--          status window after the lease ended (a new tenure leaves it)
 -- ARGV[1]  reason
 -- ARGV[2]  '1' to force (free the key at once), '0' otherwise
 -- ARGV[3]  status window in milliseconds

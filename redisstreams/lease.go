@@ -397,8 +397,9 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 // NOSCRIPT are sent again, as EVAL, in a second one. Each command carries its
 // own reply or error.
 //
-// On a Cluster whose map puts every call on one master, the pipeline is that
-// master's own (callsPipeline), and the calls it answers MOVED or ASK are
+// On a Cluster, calls of several masters are cut per master (byMaster); a
+// batch of one master goes in that master's own pipeline (callsPipeline),
+// and the calls it answers MOVED or ASK are
 // sent again one at a time through the ClusterClient, which follows the
 // redirection (followRedirects). A ClusterClient pipeline is not used there:
 // go-redis v9.23 sends a command of one again to two nodes at once, racing
@@ -406,6 +407,17 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 // TRYAGAIN and another was redirected, as lease calls of a migrating slot
 // are (TestLeaseCallsRideThroughSlotMove found it under -race).
 func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
+	if parts := b.byMaster(calls); len(parts) > 1 {
+		// Calls of several masters (a ListLeases chunk, a lane's batch
+		// after the map changed): a pipeline per master, in parallel
+		// (TestMixedMasterBatchDuringSlotMove).
+		var wg sync.WaitGroup
+		for _, part := range parts {
+			wg.Go(func() { b.pipelineCalls(ctx, part) })
+		}
+		wg.Wait()
+		return
+	}
 	pipeline := b.callsPipeline(calls)
 	p := pipeline()
 	for _, c := range calls {
@@ -430,6 +442,35 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 		b.hints.note(c.script, c.cmd.Err())
 	}
 	b.followRedirects(ctx, calls)
+}
+
+// byMaster cuts calls into runs of one master each, in order of their
+// first call, on a Cluster client whose map of slots tells every call's
+// master; otherwise (and when all are on one master) it returns nil.
+func (b *Backend) byMaster(calls []*leaseCall) [][]*leaseCall {
+	if _, ok := b.client.(*redis.ClusterClient); !ok || len(calls) < 2 {
+		return nil
+	}
+	var order []string
+	parts := map[string][]*leaseCall{}
+	for _, c := range calls {
+		m := b.masterOf(c.key)
+		if m == "" {
+			return nil
+		}
+		if _, seen := parts[m]; !seen {
+			order = append(order, m)
+		}
+		parts[m] = append(parts[m], c)
+	}
+	if len(order) < 2 {
+		return nil
+	}
+	out := make([][]*leaseCall, len(order))
+	for i, m := range order {
+		out[i] = parts[m]
+	}
+	return out
 }
 
 // callsPipeline returns how to make a pipeline for calls: on a Cluster whose

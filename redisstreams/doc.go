@@ -94,11 +94,14 @@
 // TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove). RenewLeases
 // does not wait: a renewal of a migrating slot fails, and lease.Keeper
 // tries it again after min(TTL/10, its renew interval). A migration longer
-// than what is left of a lease loses it, failing closed. Lease calls batched for one master are sent in a pipeline
-// of that master's own client, and the calls it answers MOVED or ASK go
-// again one at a time through the ClusterClient (a ClusterClient pipeline
-// of go-redis v9.23 can send one command to two nodes at once when a
-// migrating slot's calls are answered both TRYAGAIN and ASK).
+// than what is left of a lease loses it, failing closed. Batches of lease
+// scripts (coalesced calls, renewals, ListLeases' reads) are cut per master
+// and sent in a pipeline of that master's own client, and the calls it
+// answers MOVED or ASK go again one at a time through the ClusterClient: a
+// ClusterClient pipeline of go-redis v9.23 can send one command to two
+// nodes at once when a migrating slot's calls are answered both TRYAGAIN
+// and ASK (TestMixedMasterBatchDuringSlotMove; only a batch whose masters
+// the client's map cannot tell still goes in one).
 //
 // # Retention and cleanup
 //

@@ -81,7 +81,7 @@ func testBatchedForceRevoke(t *testing.T, cl *redistest.Cluster, cc *redis.Clust
 		// held's revoked mark does not exist: TRYAGAIN while the slot migrates.
 		newCall(ctx, renewScript, []string{b.keys.Lease(held), b.keys.LeaseRevoked(held), b.keys.LeaseState(held), b.keys.Fence(held)},
 			"o", ttlMillis(time.Minute), b.fenceIdleMillis()),
-		newCall(ctx, revokeScript, append(b.revokeKeys(victim), b.keys.LeaseRevokeCall(victim)), "batched", "1", b.statusWindowMillis(), "nonce-1"),
+		newCall(ctx, revokeScript, b.revokeCallKeys(victim, "nonce-1"), "batched", "1", b.statusWindowMillis()),
 	}
 	b.pipelineCalls(ctx, calls)
 	t.Logf("renew held: %v; force revoke victim: %v", calls[0].cmd.Err(), calls[1].cmd.Val())

@@ -13,17 +13,17 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
-// Revocation and lease status. Each lease key k has three more keys in its
+// Revocation and lease status. Each lease key k has two more keys in its
 // slot (see lua/revoke.lua): a state record, b.keys.LeaseState(k), a hash
 // with the holder and token of the latest tenure (written by acquire of a
 // free key and by transfer, with the lease's ttl plus lease.StatusWindow)
 // and, once it was revoked or released, that status, the reason and whether
 // the revoke was forced (then it expires lease.StatusWindow after the lease
 // ended); and a revoked mark, b.keys.LeaseRevoked(k), holding the revoked
-// owner, which exists only from a revoke until the next tenure; and a
-// revoke call mark, b.keys.LeaseRevokeCall(k), the nonce of the call that
-// revoked it, until a status window after the lease ended (a new tenure
-// leaves it), so that the call run again is told it ran. Renewals
+// owner, which exists only from a revoke until the next tenure. Each revoke
+// call that finds the lease revoked also leaves a mark of its own,
+// b.keys.LeaseRevokeCall(k, nonce), until a status window after the end the
+// lease had then, so that the same call run again is told it ran. Renewals
 // read only the revoked mark (renew_many.lua with one MGET for the batch)
 // and write neither: renew, refresh and transfer of a revoked tenure answer
 // {reason} instead of touching the lease.
@@ -52,6 +52,12 @@ func (b *Backend) statusWindowMillis() int64 { return ttlMillis(b.opts.LeaseStat
 // revokeKeys returns the KEYS of revoke.lua and state.lua for key.
 func (b *Backend) revokeKeys(key string) []string {
 	return []string{b.keys.Lease(key), b.keys.Fence(key), b.keys.LeaseState(key), b.keys.LeaseRevoked(key)}
+}
+
+// revokeCallKeys returns the keys of revoke.lua for one call of nonce:
+// revokeKeys and the call's own mark.
+func (b *Backend) revokeCallKeys(key, nonce string) []string {
+	return append(b.revokeKeys(key), b.keys.LeaseRevokeCall(key, nonce))
 }
 
 // revokedReply reports whether reply is a lease script's answer for a
@@ -102,14 +108,14 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	if forced {
 		force = "1"
 	}
-	// The nonce tells a second run of this call (go-redis's retry after a
-	// lost reply, or runLeaseMigrating's) that it ran: a forced revoke run
-	// twice would find no lease, or revoke the next tenure
-	// (TestForceRevokeRetriedAfterLostReply,
-	// TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove).
+	// The call's mark, named by its nonce, tells a second run of this call
+	// (go-redis's retry after a lost reply, or runLeaseMigrating's) that it
+	// ran: a revoke run twice would find no lease, or revoke the next
+	// tenure (TestForceRevokeRetriedAfterLostReply,
+	// TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove,
+	// TestRevokeRetryAfterAnotherRevokeCall).
 	n, err := b.runLeaseMigrating(ctx, newCall(ctx, revokeScript,
-		append(b.revokeKeys(key), b.keys.LeaseRevokeCall(key)), reason, force, b.statusWindowMillis(),
-		strconv.FormatUint(rand.Uint64(), 36))).Int64()
+		b.revokeCallKeys(key, strconv.FormatUint(rand.Uint64(), 36)), reason, force, b.statusWindowMillis())).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
 	}

@@ -12,9 +12,13 @@ func (s Space) LeaseState(key string) string { return s.tagged("lstate", key) }
 // status window after the lease ended).
 func (s Space) LeaseRevoked(key string) string { return s.tagged("revoked", key) }
 
-// LeaseRevokeCall returns the revoke call mark of lease key, in the lease
-// key's slot: <prefix>:revcall:{<key>}. It holds the nonce of the latest
-// revoke call that revoked the key's lease, so that the same call run again
-// (a client's retry after a lost reply) is told it ran rather than run
-// twice; it expires a status window after the lease ended.
-func (s Space) LeaseRevokeCall(key string) string { return s.tagged("revcall", key) }
+// LeaseRevokeCall returns the call mark of one revoke call of lease key
+// (nonce: the call's own random nonce), in the lease key's slot:
+// <prefix>:revcall:{<key>}:<nonce>. It exists once that call's script ran
+// and answered that the lease is revoked, so that the same call run again (a
+// client's retry after a lost reply) is told so rather than run twice; a
+// mark of its own per call, so that no other revoke call can erase it. It
+// expires a status window after the end the lease had when the call ran.
+func (s Space) LeaseRevokeCall(key, nonce string) string {
+	return s.tagged("revcall", key) + ":" + nonce
+}

@@ -9,7 +9,7 @@ func TestLeaseStateAndRevokedShareTheLeaseSlot(t *testing.T) {
 	}
 	for _, name := range []string{"a", "thread:42", "{x}", "}{", "a\x00b", "signals.thread.t-1"} {
 		lease := s.Lease(name)
-		for _, k := range []string{s.LeaseState(name), s.LeaseRevoked(name), s.LeaseRevokeCall(name)} {
+		for _, k := range []string{s.LeaseState(name), s.LeaseRevoked(name), s.LeaseRevokeCall(name, "n1")} {
 			if Slot(lease) != Slot(k) {
 				t.Errorf("name %q: lease %q slot %d, %q slot %d", name, lease, Slot(lease), k, Slot(k))
 			}

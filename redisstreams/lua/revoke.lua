@@ -12,23 +12,24 @@
 -- KEYS[4]  revoked mark of the lease (same hash slot), a string: the owner
 --          whose tenure was revoked. Renew, refresh and transfer scripts
 --          check it (renew_many.lua with one MGET); a new tenure deletes it.
--- KEYS[5]  revoke call mark of the lease (same hash slot), a string: the
---          nonce of the latest call that revoked the lease, kept until a
---          status window after the lease ended (a new tenure leaves it)
+-- KEYS[5]  this call's mark (same hash slot; its name ends with the call's
+--          random nonce, which a retry of the call carries too): set by
+--          every run that answers 1, expiring a status window after the
+--          lease's end (or after now, for a forced revoke)
 -- ARGV[1]  reason
 -- ARGV[2]  '1' to force (free the key at once), '0' otherwise
 -- ARGV[3]  status window in milliseconds
--- ARGV[4]  a random nonce of this call (a retry of the call carries it too)
 --
 -- Returns 1 when the lease is revoked (by this call or earlier; the first
 -- reason stays), 0 when the key has no live lease. Without force the lease
 -- key is left alone: its holder keeps it until it releases it or it expires.
--- The same call run again after it revoked the lease (go-redis sends a
--- command again when its reply was lost, and so do the lease calls while a
--- Cluster slot migrates) finds its nonce and returns 1, touching nothing:
--- a forced revoke run twice would otherwise find no lease, or revoke the
--- tenure of the owner who took the key in between.
-if redis.call('GET', KEYS[5]) == ARGV[4] then
+-- The same call run again after it answered 1 (go-redis sends a command
+-- again when its reply was lost, and so do the lease calls while a Cluster
+-- slot migrates) finds its mark and answers 1 again, touching nothing: a
+-- revoke run twice would otherwise find no lease, or revoke the tenure of
+-- an owner who took the key in between. Each call has a mark of its own, so
+-- that other revoke calls in between cannot erase it.
+if redis.call('EXISTS', KEYS[5]) == 1 then
   return 1
 end
 local v = redis.call('GET', KEYS[1])
@@ -48,6 +49,6 @@ if ARGV[2] == '1' then
   ms = 0
 end
 redis.call('SET', KEYS[4], v, 'PX', ms + ARGV[3])
-redis.call('SET', KEYS[5], ARGV[4], 'PX', ms + ARGV[3])
+redis.call('SET', KEYS[5], '1', 'PX', ms + ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ms + ARGV[3])
 return 1

@@ -397,28 +397,37 @@ func (b *Backend) failLeaseQueueAfter(ctx context.Context, batch []*leaseCall) {
 // NOSCRIPT are sent again, as EVAL, in a second one. Each command carries its
 // own reply or error.
 //
-// On a Cluster, calls of several masters are cut per master (byMaster); a
-// batch of one master goes in that master's own pipeline (callsPipeline),
-// and the calls it answers MOVED or ASK are
-// sent again one at a time through the ClusterClient, which follows the
-// redirection (followRedirects). A ClusterClient pipeline is not used there:
+// On a Cluster, calls are cut per master (byMaster), each run sent in that
+// master's own pipeline (pipelineOn), and the calls it answers MOVED or ASK
+// are sent again one at a time through the ClusterClient, which follows the
+// redirection (followRedirects); only calls whose master the client's map
+// cannot tell go in a ClusterClient pipeline. That is not used otherwise:
 // go-redis v9.23 sends a command of one again to two nodes at once, racing
 // on its reply, when the pipeline's first command on a node is answered
 // TRYAGAIN and another was redirected, as lease calls of a migrating slot
 // are (TestLeaseCallsRideThroughSlotMove found it under -race).
 func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
-	if parts := b.byMaster(calls); len(parts) > 1 {
-		// Calls of several masters (a ListLeases chunk, a lane's batch
-		// after the map changed): a pipeline per master, in parallel
-		// (TestMixedMasterBatchDuringSlotMove).
-		var wg sync.WaitGroup
-		for _, part := range parts {
-			wg.Go(func() { b.pipelineCalls(ctx, part) })
-		}
-		wg.Wait()
+	parts := b.byMaster(calls)
+	if len(parts) == 0 {
+		b.pipelineOn(ctx, b.client.Pipeline, calls)
 		return
 	}
-	pipeline := b.callsPipeline(calls)
+	if len(parts) == 1 {
+		b.pipelineOn(ctx, parts[0].node.Pipeline, calls)
+		return
+	}
+	// Calls of several masters (a ListLeases chunk, a lane's batch after
+	// the map changed): a pipeline per master, in parallel
+	// (TestMixedMasterBatchDuringSlotMove).
+	var wg sync.WaitGroup
+	for _, part := range parts {
+		wg.Go(func() { b.pipelineOn(ctx, part.node.Pipeline, part.calls) })
+	}
+	wg.Wait()
+}
+
+// pipelineOn is pipelineCalls for calls in pipelines that pipeline makes.
+func (b *Backend) pipelineOn(ctx context.Context, pipeline func() redis.Pipeliner, calls []*leaseCall) {
 	p := pipeline()
 	for _, c := range calls {
 		_ = p.Process(ctx, c.cmd)
@@ -444,54 +453,38 @@ func (b *Backend) pipelineCalls(ctx context.Context, calls []*leaseCall) {
 	b.followRedirects(ctx, calls)
 }
 
-// byMaster cuts calls into runs of one master each, in order of their
-// first call, on a Cluster client whose map of slots tells every call's
-// master; otherwise (and when all are on one master) it returns nil.
-func (b *Backend) byMaster(calls []*leaseCall) [][]*leaseCall {
-	if _, ok := b.client.(*redis.ClusterClient); !ok || len(calls) < 2 {
-		return nil
-	}
-	var order []string
-	parts := map[string][]*leaseCall{}
-	for _, c := range calls {
-		m := b.masterOf(c.key)
-		if m == "" {
-			return nil
-		}
-		if _, seen := parts[m]; !seen {
-			order = append(order, m)
-		}
-		parts[m] = append(parts[m], c)
-	}
-	if len(order) < 2 {
-		return nil
-	}
-	out := make([][]*leaseCall, len(order))
-	for i, m := range order {
-		out[i] = parts[m]
-	}
-	return out
+// masterCalls is the run of a batch's calls whose keys are on one master,
+// with that master's own client.
+type masterCalls struct {
+	node  *redis.Client
+	calls []*leaseCall
 }
 
-// callsPipeline returns how to make a pipeline for calls: on a Cluster whose
-// map of slots puts all their keys on one master, that master's own client's
-// pipeline; otherwise the client's.
-func (b *Backend) callsPipeline(calls []*leaseCall) func() redis.Pipeliner {
+// byMaster cuts calls into runs of one master each, in order of their
+// first call, on a Cluster client whose map of slots tells every call's
+// master; otherwise it returns nil.
+func (b *Backend) byMaster(calls []*leaseCall) []masterCalls {
 	cc, ok := b.client.(*redis.ClusterClient)
-	if !ok || len(calls) == 0 {
-		return b.client.Pipeline
+	if !ok {
+		return nil
 	}
-	m, err := cc.MasterForKey(noWait, calls[0].key)
-	if err != nil {
-		return b.client.Pipeline
-	}
-	addr := m.Options().Addr
-	for _, c := range calls[1:] {
-		if b.masterOf(c.key) != addr {
-			return b.client.Pipeline
+	var parts []masterCalls
+	index := map[string]int{} // master's address → its run in parts
+	for _, c := range calls {
+		node, err := cc.MasterForKey(noWait, c.key)
+		if err != nil {
+			return nil
 		}
+		addr := node.Options().Addr
+		i, seen := index[addr]
+		if !seen {
+			i = len(parts)
+			index[addr] = i
+			parts = append(parts, masterCalls{node: node})
+		}
+		parts[i].calls = append(parts[i].calls, c)
 	}
-	return m.Pipeline
+	return parts
 }
 
 // followRedirects sends again, one at a time through the client (which
@@ -503,7 +496,7 @@ func (b *Backend) followRedirects(ctx context.Context, calls []*leaseCall) {
 	}
 	for _, c := range calls {
 		if err := c.cmd.Err(); redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") {
-			b.reloadOnFailure(ctx, c.cmd)
+			// (execPipe already asked for a reload of the map on MOVED.)
 			c.cmd = redis.NewCmd(ctx, slices.Clone(c.cmd.Args())...)
 			b.sendCall(ctx, c)
 		}

@@ -404,8 +404,9 @@ func (s *streamBus) pipeline(ctx context.Context, batch []*pubReq) {
 		id, err := cmds[i].Result()
 		s.answer(r, id, err, seq)
 	}
+	failed := failedKeys(batch)
 	for key, cmd := range trims {
-		s.checkTrim(ctx, key, cmd)
+		s.checkTrim(ctx, key, cmd, failed[key])
 	}
 	s.failQueuedAfter(ctx, batch)
 }

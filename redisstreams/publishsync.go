@@ -69,8 +69,9 @@ func (s *streamBus) syncedPipeline(ctx context.Context, batch []*pubReq) {
 		}
 	}
 	for _, p := range parts {
+		failed := failedKeys(p.reqs)
 		for key, cmd := range p.trims {
-			s.checkTrim(ctx, key, cmd)
+			s.checkTrim(ctx, key, cmd, failed[key])
 		}
 	}
 	s.failQueuedAfter(ctx, batch)

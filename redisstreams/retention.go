@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -51,19 +52,44 @@ func (s *streamBus) trimArgs() []any {
 // sends the script as EVAL until it is known cached; a server that lost it
 // meanwhile (NOSCRIPT) runs it again with EVAL (which caches it);
 // other errors are logged: the event was stored, only its stream stays
-// longer until the next trim.
-func (s *streamBus) checkTrim(ctx context.Context, key string, cmd *redis.Cmd) {
+// longer until the next trim. writeFailed says that a write to the same
+// stream in that pipeline failed: its caller got that error, and a trim
+// that failed with it (the server stopped answering, the connection broke)
+// is not logged a second time, nor run again after NOSCRIPT (that write
+// did not grow the stream; a later publish trims it).
+// TestFailedPublishLogsNoTrimWarning.
+func (s *streamBus) checkTrim(ctx context.Context, key string, cmd *redis.Cmd, writeFailed bool) {
 	err := cmd.Err()
 	if err != nil && isNoScript(err) {
 		s.trimCached.Store(false) // the next trim goes as EVAL
+		if writeFailed {
+			return
+		}
 		err = trimScript.Run(ctx, s.b.client, []string{key}, s.trimArgs()...).Err()
 	}
 	if err == nil {
 		s.trimCached.Store(true)
 	}
-	if err != nil {
+	if err != nil && !writeFailed {
 		s.b.opts.Logger.Warn("redisstreams: trimming a stream failed; it is trimmed again on a later publish", "stream", key, "err", err)
 	}
+}
+
+// failedKeys returns the streams of reqs that a write failed to, or nil
+// (a write that was stored but not replicated, ErrNotReplicated, did not
+// fail).
+func failedKeys(reqs []*pubReq) map[string]bool {
+	var failed map[string]bool
+	for _, r := range reqs {
+		if r.err == nil || errors.Is(r.err, ErrNotReplicated) {
+			continue
+		}
+		if failed == nil {
+			failed = make(map[string]bool)
+		}
+		failed[r.key] = true
+	}
+	return failed
 }
 
 // trim runs trim.lua on the stream key once and returns how many entries it

@@ -1,12 +1,17 @@
 package redisstreams
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
 )
 
 // TestTrimOnlyBelowEveryGroup drives trim.lua step by step: it removes only
@@ -85,5 +90,37 @@ func TestTrimOnlyBelowEveryGroup(t *testing.T) {
 			}
 			check("no groups: retention 5", "106-0", 5)
 		})
+	}
+}
+
+// TestFailedPublishLogsNoTrimWarning: a publish that carries a trim
+// (Retention 4: every publish trims) to a server that stopped answering
+// (SIGSTOP) fails, and its caller gets that error; the trim in the same
+// pipeline fails with it and must not add a WARN line of its own
+// ("trimming a stream failed"), which a command-line tool prints as a
+// second error line (cmd/leasebus TestThreadsCancelTimeoutOnStoppedRedis
+// saw it once). A trim of a stream whose write succeeded is still logged
+// when it fails: checkTrim.
+func TestFailedPublishLogsNoTrimWarning(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var logs syncBuffer
+	b, err := NewURL(t.Context(), srv.URL(), Options{Retention: 4, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Publish(t.Context(), "trimmed", pubsub.Event{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	err = b.Publish(ctx, "trimmed", pubsub.Event{Type: "t"})
+	cancel()
+	srv.Resume(t)
+	if err == nil {
+		t.Fatal("Publish to a stopped server returned nil")
+	}
+	if strings.Contains(logs.String(), "trimming a stream failed") {
+		t.Errorf("the failed publish's trim was logged besides the error its caller got (%v):\n%s", err, logs.String())
 	}
 }

@@ -84,8 +84,9 @@
 // TransferLease, ReleaseLease, GetLeaseOwner, RevokeLease,
 // ForceRevokeLease, LeaseState, InspectLease) send it again, with a
 // backoff of 10-200ms, until the migration ends or their ctx does (on a
-// ctx without a deadline, for at most 5s), and return the refusal then
-// (TestLeaseCallsRideThroughSlotMove: calls made during a 0.7s move
+// ctx without a deadline, for at most 5s, or until Close), and return the
+// refusal then (TestLeaseCallWithoutDeadlineDuringEndlessSlotMove: 4.97s
+// on a slot left half-moved; TestLeaseCallsRideThroughSlotMove: calls made during a 0.7s move
 // returned done just after it; TestClusterReshardUnderLoad in
 // signals/loadtest). Each script may so run twice, as go-redis's own retry
 // after a lost reply may run it before the refusal, and each may: transfer

@@ -128,3 +128,68 @@ func TestLeaseCallsRideThroughSlotMove(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseCallWithoutDeadlineDuringEndlessSlotMove: redisstreams/doc.go
+// says a lease call refused because its slot migrates is sent again "until
+// its ctx ends; on a ctx without a deadline, for at most 5s"
+// (migratingMaxWait), and Close ends the tries. A slot left half-moved (a
+// resharding that stopped: MIGRATING and IMPORTING set, its keys split) must
+// not hold a call on context.Background() for longer: it returns the
+// refusal after 5s (+2s slack for a loaded machine), and a call that Close
+// meets returns within a second of it with the refusal or ErrClosed.
+//
+// Found when this test was written (2026-11-29): the 5s limit was a ctx
+// deadline around the tries, which cut the last try short: the call
+// returned "context deadline exceeded (the script was sent and may have
+// run)" for a script the server had refused every time, to a caller that
+// had set no deadline. Now the limit only stops new tries.
+func TestLeaseCallWithoutDeadlineDuringEndlessSlotMove(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	b := psBackend(t, cl.Client(t), Options{Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	held := "held"
+	if r, err := b.AcquireLease(ctx, held, "o", time.Minute); err != nil || !r.Acquired {
+		t.Fatalf("AcquireLease = %+v, %v", r, err)
+	}
+	m := cl.StartSlotMove(t, b.keys.Lease(held))
+	if m.Migrate(m.Keys(1000)[:1]...); m.Moved() == 0 {
+		t.Fatal("no key of the slot moved")
+	}
+	defer func() { // leave the cluster whole for its cleanup
+		for m.MigrateRest() > 0 {
+		}
+		m.Finish()
+	}()
+
+	start := time.Now()
+	ok, err := b.RenewLease(context.Background(), held, "o", time.Minute)
+	took := time.Since(start)
+	t.Logf("RenewLease on a ctx without a deadline: %v, %v after %v", ok, err, took.Round(time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "TRYAGAIN") {
+		t.Errorf("RenewLease during an endless move = %v, %v; want the refusal (TRYAGAIN)", ok, err)
+	}
+	if took < migratingMaxWait-migratingRetry.Max || took > migratingMaxWait+2*time.Second {
+		t.Errorf("RenewLease returned after %v; want after about %v (migratingMaxWait)", took, migratingMaxWait)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.RenewLease(context.Background(), held, "o", time.Minute)
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the call is in its tries
+	closed := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Logf("RenewLease met by Close: %v after %v", err, time.Since(closed).Round(time.Millisecond))
+		if err == nil {
+			t.Error("RenewLease met by Close returned nil")
+		}
+	case <-time.After(time.Second):
+		t.Errorf("RenewLease still trying 1s after Close")
+		<-done
+	}
+}

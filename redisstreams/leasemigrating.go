@@ -69,14 +69,21 @@ func whileMigrating[T any](ctx context.Context, b *Backend, c *leaseCall, run fu
 	if !migratingErr(err) {
 		return r, err
 	}
+	// On a ctx without a deadline the tries stop after migratingMaxWait:
+	// no try starts later, and none is cut short by that limit (a try cut
+	// short would report "sent and may have run" for a script the server
+	// refused every time).
+	var limit time.Time
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, migratingMaxWait)
-		defer cancel()
+		limit = time.Now().Add(migratingMaxWait)
 	}
 	bo := backoff.Backoff{Policy: migratingRetry}
 	for migratingErr(err) && !b.isClosed() {
-		if backoff.Sleep(ctx, bo.Next()) != nil {
+		wait := bo.Next()
+		if !limit.IsZero() && time.Until(limit) < wait {
+			return r, err
+		}
+		if backoff.Sleep(ctx, wait) != nil {
 			return r, err
 		}
 		c = c.again(ctx)

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+)
+
+// Tests of review h54 (helper 54, 2026-11-29): an operator's view of the
+// command against a real redis-server.
+
+// TestBadKeyspaceNamesKeyspace: doc.go says "2 for invalid flags or
+// arguments ... (errors are one line on stderr)", and every command has
+// --keyspace. A --keyspace the backend refuses ("a{b}": braces are Redis
+// Cluster hash-tag syntax) must be reported as a bad --keyspace, as "topics
+// delete" does ("--keyspace "a{b}": keys: prefix ..."), not blamed on the
+// --redis URL, which is fine.
+//
+// Found by review h54: leases, leases revoke, threads, threads cancel, tail
+// and publish printed `bad --redis URL "redis://127.0.0.1:N": redisstreams:
+// invalid argument: Prefix: keys: prefix "a{b}" holds one of {}*?[]\`
+// (connect maps every redisstreams.ErrInvalid to "bad --redis URL").
+func TestBadKeyspaceNamesKeyspace(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, args := range [][]string{
+		{"leases"},
+		{"leases", "revoke", "k", "--reason", "r"},
+		{"threads"},
+		{"threads", "cancel", "t"},
+		{"tail", "orders"},
+		{"publish", "orders", "--type", "t"},
+		{"topics", "delete", "orders"},
+	} {
+		args = append(args, "--keyspace", "a{b}", "--redis", srv.URL())
+		r := leasebus(t, 20*time.Second, args...)
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 ||
+			!strings.Contains(r.stderr, `--keyspace "a{b}"`) || strings.Contains(r.stderr, "bad --redis URL") {
+			t.Errorf("leasebus %v: exit %d, stderr %q; want 2 and one line naming --keyspace \"a{b}\" (not the --redis URL)",
+				args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestRedisURLWithoutHost: --redis is documented as "Redis URL
+// (redis://[:password@]host:port[/db], rediss://, unix://)" and README
+// says "Invalid flags and unreachable servers give one line on stderr and
+// exit code 2". A URL without a host ("redis://", what
+// --redis "redis://$REDIS_HOST" gives with the variable unset) is not one:
+// it must be refused, not quietly read as localhost:6379, where another
+// server (this machine runs one) answers "no live leases", exit 0.
+//
+// Found by review h54: "leasebus leases --redis redis://" printed "no live
+// leases" and exited 0 (it listed the system redis-server on
+// 127.0.0.1:6379); without a server there it says "cannot reach Redis at
+// redis://: ... 127.0.0.1:6379 ... connection refused", naming a server the
+// operator never gave.
+func TestRedisURLWithoutHost(t *testing.T) {
+	for _, u := range []string{"redis://", "rediss://", "redis://:secret@", "redis:///0"} {
+		r := leasebus(t, 20*time.Second, "leases", "--redis", u)
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "bad --redis URL") {
+			t.Errorf("leases --redis %q: exit %d, stdout %q, stderr %q; want 2 and one line \"bad --redis URL\"", u, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestThreadsCancelDropMarkIsNotASignal: "threads --help" says the listing
+// shows "the signals queued (not taken by a run yet) ... and when the last
+// signal was sent" (threads.go), and signals.ThreadStatus says "Queued
+// counts the signals accepted for the thread that no run has taken yet" and
+// "LastSignal is when the newest signal of the thread was stored"
+// (signals/control.go). "threads cancel --drop-queued" sends no signal.
+//
+// Found by review h54: each "threads cancel T --drop-queued" whose owner did
+// not answer (exit 1) added 1 to QUEUED and set LAST SIGNAL to "now": the
+// drop mark Controller.Cancel publishes to the thread's inbox
+// (dropMarkType) is counted as a queued signal (3 cancels: QUEUED 3 on a
+// thread with no signal). With a live owner, LAST SIGNAL also moves to the
+// cancel's time.
+func TestThreadsCancelDropMarkIsNotASignal(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	heldThread(t, srv, "t") // leased by gone-7, which does not answer; no signal sent
+	for range 2 {
+		r := leasebus(t, 20*time.Second, "threads", "cancel", "t", "--drop-queued", "--timeout", "300ms", "--redis", srv.URL())
+		if r.code != exitFailed {
+			t.Fatalf("threads cancel --drop-queued with a dead owner: exit %d, stderr %q; want 1", r.code, r.stderr)
+		}
+	}
+	r := leasebus(t, 20*time.Second, "threads", "--redis", srv.URL())
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 2 {
+		t.Fatalf("threads: exit %d, stdout %q, stderr %q; want a header and one row", r.code, r.stdout, r.stderr)
+	}
+	f := strings.Fields(lines[1])
+	// THREAD PROCESS RUN TOKEN TIME-LEFT QUEUED IN-FLIGHT LAST
+	if len(f) < 8 || f[0] != "t" {
+		t.Fatalf("threads row %q", lines[1])
+	}
+	if f[5] != "0" || f[6] != "0" || f[7] != "-" {
+		t.Errorf("threads row %q: QUEUED %s, IN FLIGHT %s, LAST SIGNAL %s; want 0, 0 and - (no signal was ever sent to t)",
+			lines[1], f[5], f[6], strings.Join(f[7:], " "))
+	}
+}
+
+// TestWatchSurvivesRedisStall: "leases --help" and "threads --help" say
+// "With --watch, redraw every --interval until interrupted (Ctrl-C)". An
+// operator watches exactly when Redis is in trouble: a stall of some
+// seconds (SIGSTOP for 12s, then SIGCONT, as a long fork or a failover can
+// give) must not end the watch; once Redis answers again the list is
+// redrawn, and Ctrl-C then exits 0. (A 5s stall is survived today: the
+// listing's retries outlast it.)
+//
+// Found by review h54: both exited 1 during the stall (2 of 2) ("leasebus leases:
+// list leases: redisstreams: list leases "": scan leasebus:lease:{*}: i/o
+// timeout"), so the watch was gone when Redis came back
+// (watchFlags.refresh returns the first listing error).
+func TestWatchSurvivesRedisStall(t *testing.T) {
+	for _, args := range [][]string{{"leases", "--watch"}, {"threads", "--watch"}} {
+		t.Run(args[0], func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			heldThread(t, srv, "t")
+			cmd := exec.Command(bin, append(args, "--interval", "200ms", "--redis", srv.URL())...)
+			cmd.Env = append(os.Environ(), redisEnv+"=")
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errb strings.Builder
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			rounds := 0
+			scanned := make(chan struct{})
+			go func() {
+				defer close(scanned)
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					if strings.Contains(sc.Text(), "lease(s)") || strings.Contains(sc.Text(), "thread(s) held") {
+						mu.Lock()
+						rounds++
+						mu.Unlock()
+					}
+				}
+			}()
+			count := func() int { mu.Lock(); defer mu.Unlock(); return rounds }
+			exited := make(chan error, 1)
+			go func() { <-scanned; exited <- cmd.Wait() }()
+			defer func() { _ = cmd.Process.Kill() }()
+
+			deadline := time.Now().Add(10 * time.Second)
+			for count() == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if count() == 0 {
+				t.Fatalf("no refresh within 10s; stderr %q", errb.String())
+			}
+			srv.Pause(t)
+			time.Sleep(12 * time.Second)
+			srv.Resume(t)
+			before := count()
+			deadline = time.Now().Add(10 * time.Second)
+			for count() == before && time.Now().Before(deadline) {
+				select {
+				case err := <-exited:
+					t.Fatalf("leasebus %v exited during a 12s stall of Redis (%v), stderr %q; want it to go on refreshing until interrupted", args, err, errb.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			if count() == before {
+				t.Fatalf("no refresh within 10s after Redis answered again; stderr %q", errb.String())
+			}
+			_ = cmd.Process.Signal(os.Interrupt)
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("leasebus %v after Ctrl-C: %v, want exit 0; stderr %q", args, err, errb.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("leasebus %v did not exit within 10s of Ctrl-C", args)
+			}
+		})
+	}
+}

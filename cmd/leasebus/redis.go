@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -102,20 +103,30 @@ func connect(ctx context.Context, rawURL string, o redisstreams.Options, logw io
 var redisSchemes = []string{"redis", "rediss", "unix"}
 
 // checkRedisURL returns a usage error that says what a Redis URL looks like
-// when raw is not one, instead of go-redis's terse "invalid URL scheme".
+// when raw is not one, instead of go-redis's terse "invalid URL scheme". A
+// redis:// or rediss:// URL without a host ("redis://", what
+// "redis://$HOST" gives with HOST unset) is refused too: go-redis would
+// quietly read it as localhost:6379, a server the operator never named.
 func checkRedisURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err == nil && slices.Contains(redisSchemes, u.Scheme) {
-		return nil
+		if u.Scheme == "unix" || u.Hostname() != "" {
+			return nil
+		}
+		return usageErrorf("bad --redis URL %q: no host; want redis://[:password@]host:port[/db]", redact(raw))
 	}
 	return usageErrorf("bad --redis URL %q: want redis://[:password@]host:port[/db], rediss://... (TLS) or unix:///path/to/socket", redact(raw))
 }
 
-// checkKeyspace rejects an empty --keyspace: Options.Prefix "" would quietly
-// mean the default prefix, not "no prefix".
+// checkKeyspace rejects an empty --keyspace (Options.Prefix "" would quietly
+// mean the default prefix, not "no prefix") and one the backend refuses,
+// naming --keyspace (connect would blame the --redis URL).
 func checkKeyspace(keyspace string) error {
 	if keyspace == "" {
 		return usageErrorf("--keyspace is empty; want the key prefix of the deployment (default %q)", redisstreams.DefaultPrefix)
+	}
+	if _, err := keys.NewSpace(keyspace); err != nil {
+		return usageErrorf("--keyspace %q: %v", keyspace, err)
 	}
 	return nil
 }
@@ -133,10 +144,11 @@ func (fs *flagSet) backend(ctx context.Context, redisFlag *string, keyspace stri
 	return connect(ctx, url, redisstreams.Options{Prefix: keyspace}, logw)
 }
 
-// redact hides the password of a Redis URL.
+// redact hides the password of a Redis URL (and leaves a URL without one
+// as given: url.Redacted writes "redis://" as "redis:").
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.User == nil {
 		return raw
 	}
 	return u.Redacted()

@@ -33,7 +33,9 @@ func (w watchFlags) check() error {
 // list reads what to show and returns the header's summary ("3 live
 // lease(s)") and a function that prints it. With --watch each round starts
 // with the time and the summary; a terminal is cleared first, other output
-// gets a blank line between rounds.
+// gets a blank line between rounds. A round whose listing failed (Redis
+// stalled, say) shows the error in place of the list, and the watch goes on:
+// it is how an operator sees Redis come back.
 func (w watchFlags) refresh(ctx context.Context, e *env, list func() (summary string, print func(), err error)) error {
 	tty := isTerminal(e.stdout)
 	for {
@@ -42,7 +44,11 @@ func (w watchFlags) refresh(ctx context.Context, e *env, list func() (summary st
 			if ctx.Err() != nil && *w.watch {
 				return nil
 			}
-			return err
+			if !*w.watch {
+				return err
+			}
+			summary = "error: " + oneLine(err.Error()) + fmt.Sprintf(" (retrying every %v)", *w.interval)
+			print = func() {}
 		}
 		if *w.watch {
 			if tty {

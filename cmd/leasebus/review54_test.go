@@ -188,3 +188,25 @@ func TestWatchSurvivesRedisStall(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyKeyOrThreadExit2: doc.go says "2 for invalid flags or
+// arguments", and tail, publish and topics delete refuse an empty TOPIC so
+// ("TOPIC is empty", exit 2). An empty KEY of "leases revoke" or THREAD of
+// "threads cancel" (what "leases revoke "$KEY"" gives with KEY unset) is an
+// invalid argument too.
+//
+// Found by review h54: both exited 1 ("leasebus threads: signals: invalid
+// argument: thread is empty", "leasebus leases: lease: invalid argument:
+// lease key is empty"), as for a failure while running, after connecting.
+func TestEmptyKeyOrThreadExit2(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, args := range [][]string{
+		{"leases", "revoke", "", "--reason", "r"},
+		{"threads", "cancel", ""},
+	} {
+		r := leasebus(t, 20*time.Second, append(args, "--redis", srv.URL())...)
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("leasebus %q: exit %d, stderr %q; want 2 (an invalid argument) and one line", args, r.code, r.stderr)
+		}
+	}
+}

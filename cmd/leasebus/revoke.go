@@ -35,6 +35,9 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 		return usageErrorf("--reason is required")
 	}
 	key := pos[0]
+	if key == "" {
+		return usageErrorf("KEY is empty (see leasebus leases revoke --help)")
+	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err

@@ -117,6 +117,9 @@ within --timeout (the cancel may not have reached it).`)
 		return usageErrorf("--timeout %v is not positive", *timeout)
 	}
 	thread := pos[0]
+	if thread == "" {
+		return usageErrorf("THREAD is empty (see leasebus threads cancel --help)")
+	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
 )
 
 // Tests of review h54 (helper 54, 2026-11-29): an operator's view of the
@@ -207,6 +212,45 @@ func TestEmptyKeyOrThreadExit2(t *testing.T) {
 		r := leasebus(t, 20*time.Second, append(args, "--redis", srv.URL())...)
 		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("leasebus %q: exit %d, stderr %q; want 2 (an invalid argument) and one line", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestLeasesOnClusterNodeNotPartial: README says the Redis backend runs on
+// "standalone, Sentinel or Cluster", and the command "looks into a running
+// deployment" (doc.go: "leases  list live leases"). Given the URL of one
+// node of a Cluster deployment, "leasebus leases" must list every live
+// lease of the deployment, or refuse with a clear error that names the
+// Cluster; never list one node's share as if it were all, exit 0.
+//
+// Found by review h54: 6 leases on a 3-master Cluster; "leases --redis
+// redis://<node>" listed the 2 on that node, exit 0, on each of the 3
+// nodes; "leases revoke" of a key on another node failed with a bare
+// "MOVED 12685 127.0.0.1:N" (connect uses redisstreams.NewURL, a
+// single-node client, whatever the server is).
+func TestLeasesOnClusterNodeNotPartial(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	o := c.ClientOptions()
+	o.ContextTimeoutEnabled = true
+	client := redis.NewClusterClient(o)
+	defer client.Close()
+	b, err := redisstreams.New(client, redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	for i := range n {
+		if _, err := b.AcquireLease(context.Background(), fmt.Sprintf("job-%d", i), "w", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range c.Addrs() {
+		r := leasebus(t, 20*time.Second, "leases", "--redis", "redis://"+a)
+		listed := strings.Count(r.stdout, "job-")
+		refused := r.code != 0 && strings.Contains(strings.ToLower(r.stderr), "cluster") && strings.Count(r.stderr, "\n") == 1
+		if !(r.code == 0 && listed == n) && !refused {
+			t.Errorf("leases --redis redis://%s (a Cluster node): exit %d, %d of the %d leases listed, stderr %q; want all %d, or a one-line error naming the Cluster",
+				a, r.code, listed, n, r.stderr, n)
 		}
 	}
 }

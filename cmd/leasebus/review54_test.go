@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/redisstreams"
 )
 
@@ -252,5 +253,40 @@ func TestLeasesOnClusterNodeNotPartial(t *testing.T) {
 			t.Errorf("leases --redis redis://%s (a Cluster node): exit %d, %d of the %d leases listed, stderr %q; want all %d, or a one-line error naming the Cluster",
 				a, r.code, listed, n, r.stderr, n)
 		}
+	}
+}
+
+// TestTailOneLinePerEvent: "tail --help" says "Print the events of TOPIC as
+// they arrive, one line each" (and doc.go "one line each (time, id, type,
+// data)"). Data is folded to one line; an event whose type, id, run id or
+// metadata holds a newline (any producer can publish one: a metadata value
+// carrying an error message, say) must stay on one line as well, or a
+// reader (or a script reading line by line) takes its tail for another
+// event.
+//
+// Found by review h54: 3 such events printed as 7 lines ("...  two" /
+// "lines  -"); formatEvent folds only the data.
+func TestTailOneLinePerEvent(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, ev := range []pubsub.Event{
+		{Type: "two\nlines"},
+		{Type: "t", Metadata: map[string]string{"error": "line 1\nline 2"}},
+		{ID: "id\nx", Type: "t", RunID: "r\nun"},
+	} {
+		if err := b.Publish(context.Background(), "nl", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := leasebus(t, 20*time.Second, "tail", "nl", "--from", "earliest", "--count", "3", "--redis", srv.URL())
+	if r.code != 0 {
+		t.Fatalf("tail: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stdout, "\n"); n != 3 {
+		t.Errorf("tail printed 3 events as %d lines, want one line each:\n%s", n, r.stdout)
 	}
 }

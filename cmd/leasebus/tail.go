@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -121,16 +123,30 @@ func formatEvent(ev pubsub.Event) string {
 		data = oneLine(string(ev.Data))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %s  %s  %s", ev.CreatedAt.Format(tailTimeFormat), ev.ID, ev.Type, data)
+	fmt.Fprintf(&b, "%s  %s  %s  %s", ev.CreatedAt.Format(tailTimeFormat), cell(ev.ID), cell(ev.Type), data)
 	if ev.RunID != "" {
-		fmt.Fprintf(&b, "  run=%s", ev.RunID)
+		fmt.Fprintf(&b, "  run=%s", cell(ev.RunID))
 	}
 	if ev.DeliveryAttempt > 1 {
 		fmt.Fprintf(&b, "  attempt=%d", ev.DeliveryAttempt)
 	}
 	if len(ev.Metadata) > 0 {
+		md := make(metadataFlag, len(ev.Metadata))
+		for k, v := range ev.Metadata {
+			md[cell(k)] = cell(v)
+		}
 		b.WriteString("  ")
-		b.WriteString(metadataFlag(ev.Metadata).String())
+		b.WriteString(md.String())
 	}
 	return b.String()
+}
+
+// cell returns s for a column of tail's line: as it is, or quoted (Go
+// syntax, "two\nlines") when it holds a control character such as a
+// newline, so that every event stays on one line.
+func cell(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }

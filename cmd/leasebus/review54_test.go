@@ -16,6 +16,7 @@ import (
 	"github.com/leasebus/leasebus/internal/redistest"
 	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/redisstreams"
+	"github.com/leasebus/leasebus/signals"
 )
 
 // Tests of review h54 (helper 54, 2026-11-29): an operator's view of the
@@ -288,5 +289,45 @@ func TestTailOneLinePerEvent(t *testing.T) {
 	}
 	if n := strings.Count(r.stdout, "\n"); n != 3 {
 		t.Errorf("tail printed 3 events as %d lines, want one line each:\n%s", n, r.stdout)
+	}
+}
+
+// TestListingsOneRowPerEntry: "leases" and "threads" print a table, one
+// row per lease or thread under a header (README's tour). A thread name or
+// process id holding a tab or a newline (signals takes any non-empty
+// string) must not shift the columns or split a row.
+//
+// Found by review h54: thread "tab\there" held by process "p\tq" printed
+// as a row of 10 fields where a row has 8, and thread "new\nline"
+// as two rows (printThreads, printLeases write the strings as they are
+// into a tabwriter).
+func TestListingsOneRowPerEntry(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, th := range []string{"tab\there", "new\nline"} {
+		if _, err := b.AcquireLease(context.Background(), signals.LeaseKey(th), "p\tq/run-1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		args   []string
+		fields int // of a row: THREAD PROCESS RUN TOKEN TIME-LEFT QUEUED IN-FLIGHT "-"; KEY HOLDER TOKEN TIME-LEFT STATUS
+	}{{[]string{"threads"}, 8}, {[]string{"leases"}, 5}} {
+		args := tc.args
+		r := leasebus(t, 20*time.Second, append(args, "--redis", srv.URL())...)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		if r.code != 0 || len(lines) != 3 {
+			t.Errorf("%s: exit %d, %d lines, want a header and 2 rows:\n%s", args[0], r.code, len(lines), r.stdout)
+			continue
+		}
+		for _, l := range lines[1:] {
+			if got := len(strings.Fields(l)); got != tc.fields {
+				t.Errorf("%s: row %q has %d fields, want %d", args[0], l, got, tc.fields)
+			}
+		}
 	}
 }

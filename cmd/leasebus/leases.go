@@ -78,7 +78,7 @@ func printLeases(w io.Writer, infos []lease.Info, statuses map[string]lease.Stat
 		if status == "" {
 			status = lease.StatusActive
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", in.Key, in.Owner, in.Token, in.TTL.Round(100*time.Millisecond), status)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(in.Key), cell(in.Owner), in.Token, in.TTL.Round(100*time.Millisecond), status)
 	}
 	tw.Flush()
 }

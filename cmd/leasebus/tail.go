@@ -141,9 +141,10 @@ func formatEvent(ev pubsub.Event) string {
 	return b.String()
 }
 
-// cell returns s for a column of tail's line: as it is, or quoted (Go
-// syntax, "two\nlines") when it holds a control character such as a
-// newline, so that every event stays on one line.
+// cell returns s for a column of tail's line or of a listing's row: as it
+// is, or quoted (Go syntax, "two\nlines") when it holds a control character
+// such as a newline or a tab, so that every event or entry stays on one line
+// and in its columns.
 func cell(s string) string {
 	if strings.IndexFunc(s, unicode.IsControl) < 0 {
 		return s

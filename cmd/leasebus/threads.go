@@ -84,7 +84,7 @@ func printThreads(w io.Writer, list []signals.ThreadStatus, prefix string, now t
 		if !st.LastSignal.IsZero() {
 			last = now.Sub(st.LastSignal).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", st.Thread, st.Process, st.RunID, st.Token,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", cell(st.Thread), cell(st.Process), cell(st.RunID), st.Token,
 			st.TTL.Round(100*time.Millisecond), count(st.Queued), count(st.InFlight), last)
 	}
 	tw.Flush()

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	neturl "net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -455,11 +457,15 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
 // Options.ConfigureClient may adjust the rest. An unparsable url returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
-// later than ctx's deadline.
+// later than ctx's deadline. The url of a Redis Cluster node returns an
+// error wrapping ErrInvalid: a client of one node sees only that node's
+// share of the keys (a listing of leases would quietly miss the others);
+// a Cluster needs New with a *redis.ClusterClient
+// (TestNewURLRefusesClusterNode).
 func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: url %q: %v", ErrInvalid, url, err)
+		return nil, fmt.Errorf("%w: url %q: %v", ErrInvalid, redactURL(url), err)
 	}
 	ro.ContextTimeoutEnabled = true
 	if o.ConfigureClient != nil {
@@ -470,6 +476,10 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("redisstreams: connect %s: %w", ro.Addr, err)
 	}
+	if isClusterNode(ctx, client) {
+		_ = client.Close()
+		return nil, fmt.Errorf("%w: url %q: %s is a node of a Redis Cluster, and NewURL connects to one server (it would see that node's share of the keys): use New with a *redis.ClusterClient", ErrInvalid, redactURL(url), ro.Addr)
+	}
 	b, err := newBackend(client, true, o)
 	if err != nil {
 		_ = client.Close()
@@ -477,6 +487,23 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	}
 	b.warnEviction(ctx)
 	return b, nil
+}
+
+// isClusterNode reports whether the server client talks to has cluster
+// mode on (INFO cluster says cluster_enabled:1). A server that does not
+// answer INFO (renamed or denied by an ACL; miniredis) counts as not one.
+func isClusterNode(ctx context.Context, client *redis.Client) bool {
+	info, err := client.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
+}
+
+// redactURL returns rawURL with its password hidden, for errors.
+func redactURL(rawURL string) string {
+	u, err := neturl.Parse(rawURL)
+	if err != nil || u.User == nil {
+		return rawURL
+	}
+	return u.Redacted()
 }
 
 func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, error) {

@@ -2,6 +2,8 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,5 +73,29 @@ func TestNewURLPublishForWithTrimAndFlush(t *testing.T) {
 	}
 	if fails.Load() != 0 || got.Load() != 400 {
 		t.Errorf("fails %d, inbox deliveries %d of 400", fails.Load(), got.Load())
+	}
+}
+
+// TestNewURLRefusesClusterNode: NewURL given the URL of one node of a Redis
+// Cluster returns an error wrapping ErrInvalid that names the Cluster and
+// the way to use one (New with a *redis.ClusterClient), and hides the
+// URL's password. Before, it returned a Backend on that one node: a
+// listing of leases quietly showed that node's share (2 of 6 on a 3-master
+// Cluster: review h54, through "leasebus leases"), and calls on keys of
+// other nodes failed with a bare MOVED. A standalone server is still
+// accepted (every other NewURL test).
+func TestNewURLRefusesClusterNode(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	addr := c.Addrs()[0]
+	for _, u := range []string{"redis://" + addr, "redis://:s3cret@" + addr} {
+		b, err := NewURL(t.Context(), u, Options{})
+		if err == nil {
+			_ = b.Close()
+			t.Fatalf("NewURL(%s) on a Cluster node returned a Backend", u)
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Redis Cluster") ||
+			!strings.Contains(err.Error(), "ClusterClient") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("NewURL(%s) on a Cluster node = %v; want ErrInvalid naming the Cluster and ClusterClient, without the password", u, err)
+		}
 	}
 }

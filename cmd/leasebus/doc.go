@@ -33,7 +33,10 @@
 // Every command takes --redis URL (default: the LEASEBUS_REDIS_URL
 // environment variable) and --help. Without a Redis URL, demo starts an
 // embedded Redis-protocol server (miniredis) on a loopback port, so it needs
-// nothing installed; the other commands need a server to look at.
+// nothing installed; the other commands need a server to look at. The URL
+// names one server: the URL of a Redis Cluster node is refused (exit 2,
+// "... is a node of a Redis Cluster ..."), since a client of one node sees
+// only that node's share of the keys; the command does not speak Cluster.
 //
 // leasebus --version prints the version the binary was built from.
 //

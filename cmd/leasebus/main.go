@@ -271,7 +271,7 @@ func (fs *flagSet) printUsage(w io.Writer) {
 // redisFlag registers --redis. Its value, when empty after parsing, is taken
 // from LEASEBUS_REDIS_URL by redisURL.
 func (fs *flagSet) redisFlag() *string {
-	return fs.String("redis", "", "Redis `URL` (redis://[:password@]host:port[/db], rediss://, unix://); default $"+redisEnv)
+	return fs.String("redis", "", "Redis `URL` of one server, not a Cluster node (redis://[:password@]host:port[/db], rediss://, unix://); default $"+redisEnv)
 }
 
 // redisURL returns the --redis value or the environment's.

@@ -126,13 +126,19 @@ type ThreadStatus struct {
 	TTL time.Duration
 	// Queued counts the signals accepted for the thread that no run has
 	// taken yet; -1 when the pubsub cannot tell (it has no
-	// pubsub.BacklogReader).
+	// pubsub.BacklogReader). It counts the thread's inbox entries, so it
+	// also counts the drop mark of each Cancel with DropQueued that no run
+	// or recovery has taken yet (one entry per such Cancel): a thread with
+	// no signal shows 1 after one such Cancel whose owner is gone, until
+	// its lease ends and a runtime drains the inbox
+	// (TestThreadsCancelDropMarkCountsAsQueued in cmd/leasebus).
 	Queued int64
 	// InFlight counts the signals a run has taken and not finished
 	// (normally the one running, if any); -1 when unknown.
 	InFlight int64
-	// LastSignal is when the newest signal of the thread was stored (zero
-	// when none is retained, or unknown).
+	// LastSignal is when the newest signal of the thread, or the newest
+	// drop mark (see Queued), was stored (zero when none is retained, or
+	// unknown).
 	LastSignal time.Time
 }
 

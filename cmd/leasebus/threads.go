@@ -21,7 +21,9 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		`List the threads some process holds, sorted by name: the owning process and
 run, the fencing token and time left of the thread's lease, the signals
 queued (not taken by a run yet) and in flight (taken, not finished), and when
-the last signal was sent. With --watch, redraw every --interval until
+the last signal was sent. QUEUED and LAST SIGNAL count the thread's inbox, where
+each "threads cancel --drop-queued" also puts a mark (one entry, until a run
+or a recovery takes it). With --watch, redraw every --interval until
 interrupted (Ctrl-C).
 
 "leasebus threads cancel THREAD" cancels the run holding THREAD, wherever

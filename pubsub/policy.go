@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,11 +74,20 @@ func (p *Policy) Handle(ctx context.Context, e Event) error {
 		reason := fmt.Sprintf("delivered %d times without an ack", e.DeliveryAttempt-1)
 		return p.deadLetter(ctx, DeadLetter(e, p.topic, reason, e.DeliveryAttempt-1))
 	}
-	err := call(ctx, p.h, e)
+	last := p.max > 0 && e.DeliveryAttempt >= p.max
+	he := e
+	if last {
+		// A failure is dead-lettered: the dead letter carries the event
+		// as delivered, not what the handler changed in its copy's Data
+		// or Metadata (TestDeadLetterCarriesTheEventAsDelivered in redisstreams).
+		he.Data = bytes.Clone(e.Data)
+		he.Metadata = maps.Clone(e.Metadata)
+	}
+	err := call(ctx, p.h, he)
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	if p.max > 0 && e.DeliveryAttempt >= p.max {
+	if last {
 		if derr := p.deadLetter(ctx, DeadLetter(e, p.topic, err.Error(), e.DeliveryAttempt)); derr != nil {
 			return errors.Join(err, derr)
 		}

@@ -11,8 +11,9 @@ var _ pubsub.BacklogReader = (*Backend)(nil)
 
 // GroupBacklog returns the backlog of group on topic (pubsub.BacklogReader):
 // Pending counts the group's deliveries in flight or waiting for a retry,
-// Lag the events it has not read yet, and LastPublished is the CreatedAt of
-// the topic's newest event. It returns an error wrapping pubsub.ErrInvalid
+// Lag the events it has not read yet, and LastPublished is when the topic's
+// newest event was published, by the Backend's Clock (not the event's
+// CreatedAt, which a publisher may set: pubsubtest.RunBacklog). It returns an error wrapping pubsub.ErrInvalid
 // for an empty topic or group, pubsub.ErrClosed after Close, and ctx.Err()
 // when ctx has ended.
 func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub.Backlog, error) {
@@ -38,7 +39,7 @@ func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub
 	defer t.mu.Unlock()
 	var bl pubsub.Backlog
 	if n := len(t.events); n > 0 {
-		bl.LastPublished = t.events[n-1].CreatedAt
+		bl.LastPublished = t.lastStored
 	}
 	r := t.groups[group]
 	if r == nil {

@@ -111,6 +111,7 @@ type topic struct {
 	next        uint64    // sequence of the next event
 	trimAt      int       // len(events) at which the next trim is tried
 	lastPublish time.Time // of the last publish or subscribe, by the Backend's Clock
+	lastStored  time.Time // of the last publish, by the Backend's Clock (GroupBacklog)
 	fanouts     map[*reader]struct{}
 	groups      map[string]*reader
 }
@@ -216,7 +217,7 @@ func (bus *bus) publish(name, group string, e pubsub.Event) error {
 	}
 	t.events = append(t.events, e)
 	t.next++
-	t.lastPublish = now
+	t.lastPublish, t.lastStored = now, now
 	if len(t.events) >= t.trimAt {
 		t.trim(bus.b.opts.Retention, bus.trimStep())
 	}

@@ -30,13 +30,20 @@
 //     [Event.DeliveryAttempt] counts up. Handlers must therefore be idempotent.
 //   - Dead letters: with [MaxDeliveries](n), an event that failed n attempts is
 //     published to the topic "<topic>.dead" (see [DeadLetterTopic]) and acked on
-//     the original topic. It is never dropped silently.
+//     the original topic. It is never dropped silently. Attempts are counted
+//     per delivery: a delivery whose consumer died before it answered counts
+//     (so an event that crashes its process each time is dead-lettered too),
+//     and on a backend that reads ahead of its handlers (redisstreams) so does
+//     an event a dying member read and never ran; see the backend's doc.
 //   - Copies: each delivery (each attempt, to each subscription) gets its own
 //     copy of the event: a handler may change its Data and Metadata without
 //     another delivery seeing it.
 //   - Order: with Concurrency(1) (the default), one subscription sees a topic's
 //     events in publish order; a redelivery may break order only for the
-//     redelivered event.
+//     redelivered event, and in a group an event another member held and
+//     handed back (it stopped, or its handlers were stuck past the ack
+//     deadline) or left behind (it died) may reach this member after later
+//     events, as a first delivery.
 //   - Errors: calls after Close return [ErrClosed]; bad input (an empty topic or
 //     type, a nil handler, a negative option) returns an error wrapping
 //     [ErrInvalid] that names the field.

@@ -134,7 +134,9 @@ func Concurrency(n int) SubscribeOption {
 // AckDeadline sets how long a delivery may stay unacked before it is
 // redelivered to a live member (default DefaultAckDeadline). A handler that
 // runs longer than d may see its event delivered again elsewhere, so d should
-// exceed the longest handler. d must be at least MinAckDeadline (1ms).
+// exceed the longest handler; a group member whose every handler runs
+// longer than d also hands back the events it holds and has not started.
+// d must be at least MinAckDeadline (1ms).
 func AckDeadline(d time.Duration) SubscribeOption {
 	return func(c *SubscribeConfig) {
 		switch {
@@ -148,7 +150,10 @@ func AckDeadline(d time.Duration) SubscribeOption {
 }
 
 // MaxDeliveries sets after how many failed attempts an event goes to the
-// dead-letter topic (default 0: never). n must not be negative.
+// dead-letter topic (default 0: never). n must not be negative. Attempts
+// are counted per delivery (package doc, "Dead letters"): on redisstreams
+// an event a member read ahead and never ran before it died counts one,
+// so MaxDeliveries(1) can dead-letter it without a run.
 func MaxDeliveries(n int) SubscribeOption {
 	return func(c *SubscribeConfig) {
 		if n < 0 {

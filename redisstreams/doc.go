@@ -245,6 +245,31 @@
 // already, waited for the other member's periodic pass (15s). Should the
 // hand-back fail, the entries are taken over after the ack deadline, as a
 // dead member's are; should the notice fail, at the members' next pass.
+//
+// A live member whose every handler has run one entry for longer than its
+// AckDeadline (hung, or far slower than the deadline says) hands back the
+// entries it read ahead and queued behind them the same way, unstarted, at
+// its next pass, so that idle members run them rather than let them wait
+// for as long as the handlers do (TestHungHandlerHoldsNoQueuedEvents:
+// before, five events waited behind a hung handler for as long as it hung,
+// their idle time refreshed; now an idle member that subscribed after the
+// hang began had them 1.52s later, AckDeadline 1s, in 3 of 3 runs). A Concurrency(1) handler waiting out a
+// nacked entry's redelivery delay is not counted as stuck.
+//
+// Reading ahead has two consequences users see (review h53). A member reads
+// up to Concurrency + BatchSize entries ahead of its handlers (Concurrency
+// with pubsub.ClaimPending), and each read counts one delivery. When the
+// member dies or is cut off before it starts one, or a ClaimPending member
+// takes it from a live one, the next delivery of that entry is counted as
+// attempt 2 although no handler ran it: MaxDeliveries counts deliveries,
+// so with MaxDeliveries(1) such an entry goes to the dead-letter topic
+// without a run (it is not lost: it is there), and with MaxDeliveries(n)
+// it gets n-1 runs. Use n of 2 or more, or a small BatchSize to bound how
+// many entries a death can cost an attempt. And entries handed back, or
+// taken over from a dead member, reach their next member after entries
+// published later that it already ran: publish order holds within one
+// subscription's own reads, not across a hand-back or a take-over
+// (pubsub's Order rule).
 // While the stream's Cluster slot migrates, Redis refuses (TRYAGAIN) a
 // script of both keys unless both are on the node that gets it, and the
 // notice seldom exists: the entries then go back without it (members of

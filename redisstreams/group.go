@@ -122,6 +122,7 @@ type groupMsg struct {
 	attempt  int       // delivery count on the server after our claim
 	received time.Time // when our claim (read or XCLAIM) was answered
 	started  bool      // a handler has begun it
+	startAt  time.Time // when a handler began it (last attempt here)
 	lost     bool      // another consumer took it over before we started it
 	waiting  bool      // nacked: pending here until its redelivery delay passed (or the subscription stopped: cleanup hands it back)
 	resting  bool      // nacked on a Concurrency(1) handler, waiting out its delay (retryInPlace)
@@ -276,7 +277,8 @@ func (g *groupSub) streamKey() string { return g.key }
 
 // caughtUp reports whether the group has delivered every entry up to id and
 // none of those is still pending on this consumer (handled and acked, or
-// never ours).
+// never ours), but for entries its handlers nacked that wait here for their
+// redelivery.
 func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	select {
 	case <-g.done:
@@ -290,8 +292,11 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	}
 	pipe := g.s.b.client.Pipeline()
 	groups := pipe.XInfoGroups(ctx, g.key)
+	// Entries this consumer nacked and keeps for their redelivery are
+	// pending too, and do not hold Flush up (pubsub.PubSub.Flush:
+	// deliveries handed to handlers): read one more than there are.
 	pend := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: g.key, Group: g.group, Start: "-", End: id, Count: 1, Consumer: g.consumer,
+		Stream: g.key, Group: g.group, Start: "-", End: id, Count: int64(g.nackedCount()) + 1, Consumer: g.consumer,
 	})
 	if ctx.Done() == nil {
 		_, _ = pipe.Exec(ctx)
@@ -332,7 +337,35 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return len(p) == 0, nil
+	for _, e := range p {
+		if !g.nacked(e.ID) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// nackedCount returns how many entries this consumer keeps nacked, waiting
+// for their redelivery.
+func (g *groupSub) nackedCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, m := range g.inflight {
+		if m.waiting || m.resting {
+			n++
+		}
+	}
+	return n
+}
+
+// nacked reports whether this consumer keeps the entry id nacked, waiting
+// for its redelivery.
+func (g *groupSub) nacked(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.inflight[id]
+	return m != nil && (m.waiting || m.resting)
 }
 
 // Unsubscribe stops deliveries, waits for running handlers (or ctx), hands
@@ -1475,7 +1508,7 @@ func (g *groupSub) process(m *groupMsg) {
 		g.mu.Unlock()
 		return // taken over by another member
 	}
-	m.started = true
+	m.started, m.startAt = true, time.Now()
 	g.mu.Unlock()
 
 	ev, err := decodeEvent(m.values)
@@ -1550,7 +1583,9 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
 			return
 		}
-		m.received = time.Now()
+		g.mu.Lock()
+		m.received, m.startAt = time.Now(), time.Now()
+		g.mu.Unlock()
 		m.values = msgs[0].Values
 		m.attempt++
 		ev, err := decodeEvent(m.values)
@@ -1893,15 +1928,29 @@ func (g *groupSub) reclaimPass(lastReap *time.Time, nudged bool) {
 // so that prefetched entries are not taken over merely for waiting. Entries
 // whose idle time is already shorter than ours (another member took them
 // over) are marked lost and skipped.
+//
+// When every handler has been running the same entry for longer than
+// AckDeadline (hung, or far slower than the deadline says), the queued
+// entries are handed back to the group instead (handBackQueued), so that
+// live members run them rather than let them wait behind the stuck
+// handlers for as long as those last (review h53:
+// TestHungHandlerHoldsNoQueuedEvents).
 func (g *groupSub) refreshQueued() {
 	limit := g.cfg.AckDeadline / 4
 	var (
 		ids      []string
 		youngest time.Time
+		back     []*groupMsg
 	)
 	g.mu.Lock()
+	stuck := g.stuckLocked()
 	for id, m := range g.inflight {
-		if !m.started && !m.lost && time.Since(m.received) >= limit {
+		switch {
+		case m.started || m.lost:
+		case stuck:
+			m.lost = true // its handler skips it (process)
+			back = append(back, m)
+		case time.Since(m.received) >= limit:
 			ids = append(ids, id)
 			if m.received.After(youngest) {
 				youngest = m.received // MinIdle must hold for every id
@@ -1909,6 +1958,9 @@ func (g *groupSub) refreshQueued() {
 		}
 	}
 	g.mu.Unlock()
+	if len(back) > 0 {
+		g.handBackQueued(back)
+	}
 	if len(ids) == 0 {
 		return
 	}
@@ -1935,6 +1987,46 @@ func (g *groupSub) refreshQueued() {
 		}
 	}
 	g.mu.Unlock()
+}
+
+// stuckLocked reports whether every handler of g has been running one
+// entry for longer than AckDeadline. A Concurrency(1) handler waiting out a
+// nacked entry's delay (resting) is not stuck: in order, nothing later is
+// delivered before that entry's next attempt. g.mu held.
+func (g *groupSub) stuckLocked() bool {
+	n := 0
+	for _, m := range g.inflight {
+		if m.started && !m.waiting && !m.resting && time.Since(m.startAt) > g.cfg.AckDeadline {
+			n++
+		}
+	}
+	return n >= g.cfg.Concurrency
+}
+
+// handBackQueued hands the queued entries back, unstarted, to the group
+// as cleanup does (claimable at once, the count of our read or claim
+// undone, the group's hand-back notice set, its other members of this
+// Backend nudged), each only if it is still pending here. They are marked
+// lost already, so no handler here starts them. If the hand-back fails,
+// they are taken over after the ack deadline like any entry nobody
+// refreshes.
+func (g *groupSub) handBackQueued(back []*groupMsg) {
+	args := g.handBackArgs()
+	for _, m := range back {
+		args = append(args, m.id, m.attempt-1)
+	}
+	n, err := g.handBack(g.ctx, args)
+	switch {
+	case err != nil:
+		if g.ctx.Err() == nil && !isNoGroup(err) {
+			g.s.b.opts.Logger.Warn("redisstreams: handing back the entries queued behind stuck handlers failed; they are taken over after the ack deadline",
+				"topic", g.topic, "group", g.group, "err", err)
+		}
+	case n > 0:
+		g.s.b.opts.Logger.Info("redisstreams: every handler of a group member ran one event longer than AckDeadline; the events queued behind them were handed back to the group",
+			"topic", g.topic, "group", g.group, "consumer", g.consumer, "handed_back", n, "ack_deadline", g.cfg.AckDeadline)
+		g.s.nudgeGroup(g)
+	}
 }
 
 // reclaim claims entries pending longer than AckDeadline on any consumer

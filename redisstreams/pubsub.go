@@ -612,7 +612,12 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // been handled by this Backend's subscriptions on its topic (fan-out
 // subscriptions: handled; group subscriptions: the group has delivered it
 // and, if to this Backend, it has been handled and its ack written), and
-// until every ack queued before the call is written to Redis. Deliveries to
+// until every ack queued before the call is written to Redis. An event a
+// handler nacked, waiting here for its redelivery, does not hold it up: it
+// was handed to its handler, as pubsub.PubSub.Flush says and package inmem
+// does (TestFlushDoesNotWaitForNackedRedelivery; before, Flush waited until
+// the event was handled successfully, for ever with a handler that kept
+// failing). Deliveries to
 // other processes are not waited for, nor are events this Backend's
 // DeleteTopic took before a subscription read them: they are gone. An event
 // a subscription read before the deletion is still handled, and waited for.

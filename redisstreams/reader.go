@@ -663,7 +663,12 @@ func (f *fanSub) handle(m fanMsg) {
 		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil {
 			return
 		}
-		if backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt)) != nil {
+		// Nacked: while it waits for its redelivery it does not hold
+		// Flush up (pubsub.PubSub.Flush: deliveries handed to handlers).
+		f.busy.Add(-1)
+		err := backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt))
+		f.busy.Add(1)
+		if err != nil {
 			return
 		}
 	}

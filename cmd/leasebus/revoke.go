@@ -14,8 +14,9 @@ import (
 func runLeasesRevoke(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [flags]",
 		`Revoke the live lease on KEY. Its holder's next renewal fails with an error
-matching lease.ErrRevoked that carries --reason, and a lease kept with
-lease.Keep ends at once (its context is cancelled). Without --force the key
+matching lease.ErrRevoked that carries --reason, so a lease kept with
+lease.Keep ends at its next renewal (its context is cancelled then; with
+lease.Keep's default interval, within a third of the TTL). Without --force the key
 stays held by the revoked holder until it releases it or the lease expires,
 so nobody else can take it while the holder may still be working. --force
 frees the key at once: use it only when the resource checks fencing tokens or

@@ -584,7 +584,10 @@ func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
 // 10s and the remaining acks after 10s more: their entries stay pending
 // and are redelivered after their AckDeadline, and Shutdown returns the
 // errors it met (TestCloseOnBlackHoleWithAckQueued: Close on a black-holed
-// NewURL client returned after 20.1s).
+// NewURL client returned after 20.1s). On a client that ignores ctx
+// deadlines (ContextTimeoutEnabled off, go-redis's default) a call in
+// flight may add its ReadTimeout and retries to those steps: review h53
+// measured 25.1s on a SIGSTOPped server with redis.NewClient's defaults.
 //
 // When ctx ends first, Shutdown returns ctx.Err() at once and gives up on the
 // handlers still running (ones that ignore their ctx): their deliveries are

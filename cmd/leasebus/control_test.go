@@ -145,6 +145,12 @@ func TestLeasesRevoke(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "revoked lease jobs/42 of worker-7") || !strings.Contains(r.stdout, "stays held by worker-7") {
 		t.Fatalf("revoke: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// A second revoke keeps the first reason (lease.Revoker) and says so
+	// (review h54: it printed the first reason as this call's).
+	r = leasebus(t, 20*time.Second, "leases", "revoke", "jobs/42", "--reason", "another reason", "--redis", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "was already revoked: stuck since 03:00") || !strings.Contains(r.stdout, `--reason "another reason" not recorded`) {
+		t.Fatalf("second revoke: exit %d, stdout %q, stderr %q; want it to say the lease was already revoked, with the first reason", r.code, r.stdout, r.stderr)
+	}
 	ok, err := b.RenewLease(ctx, "jobs/42", "worker-7", time.Minute)
 	var re *lease.RevokedError
 	if ok || !errors.As(err, &re) || re.Reason != "stuck since 03:00" {

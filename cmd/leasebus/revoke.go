@@ -64,7 +64,14 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, before.Owner, before.Token, after.Reason)
+	if before.Status == lease.StatusRevoked && !*force {
+		// RevokeLease keeps the first reason: say so rather than print
+		// it as this call's.
+		fmt.Fprintf(e.stdout, "lease %s of %s (token %d) was already revoked: %s (--reason %q not recorded)\n",
+			key, before.Owner, before.Token, before.Reason, *reason)
+	} else {
+		fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, before.Owner, before.Token, after.Reason)
+	}
 	if after.Live() {
 		fmt.Fprintf(e.stdout, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",
 			after.Owner, after.TTL.Round(100*time.Millisecond))

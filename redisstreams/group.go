@@ -117,16 +117,17 @@ type groupSub struct {
 // groupMsg is one entry owned by this consumer. Its fields other than id
 // are guarded by groupSub.mu.
 type groupMsg struct {
-	id       string
-	values   map[string]any
-	attempt  int       // delivery count on the server after our claim
-	received time.Time // when our claim (read or XCLAIM) was answered
-	started  bool      // a handler has begun it
-	startAt  time.Time // when a handler began it (last attempt here)
-	lost     bool      // another consumer took it over before we started it
-	waiting  bool      // nacked: pending here until its redelivery delay passed (or the subscription stopped: cleanup hands it back)
-	resting  bool      // nacked on a Concurrency(1) handler, waiting out its delay (retryInPlace)
-	timer    *time.Timer
+	id         string
+	values     map[string]any
+	attempt    int       // delivery count on the server after our claim
+	received   time.Time // when our claim (read or XCLAIM) was answered
+	started    bool      // a handler has begun it
+	startAt    time.Time // when a handler began it (last attempt here)
+	lost       bool      // another consumer took it over before we started it, or we handed it back (handedBack)
+	handedBack bool      // lost because handBackQueued handed it back (stuck handlers)
+	waiting    bool      // nacked: pending here until its redelivery delay passed (or the subscription stopped: cleanup hands it back)
+	resting    bool      // nacked on a Concurrency(1) handler, waiting out its delay (retryInPlace)
+	timer      *time.Timer
 }
 
 // subscribeGroup starts one consumer of the group cfg.Group on topic. With
@@ -1513,7 +1514,14 @@ func (g *groupSub) process(m *groupMsg) {
 	if m.lost {
 		delete(g.inflight, m.id)
 		g.mu.Unlock()
-		return // taken over by another member
+		if m.handedBack {
+			// Handed back while the handlers were stuck: a handler is
+			// free now, and the entries are pending on our consumer,
+			// claimable; an on-demand member would otherwise take them
+			// only at its next Kick (TestReview55OnDemandHandBackStrandsEvents).
+			g.nudgeNow()
+		}
+		return // taken over by another member, or handed back
 	}
 	m.started, m.startAt = true, time.Now()
 	g.mu.Unlock()
@@ -1955,7 +1963,7 @@ func (g *groupSub) refreshQueued() {
 		switch {
 		case m.started || m.lost:
 		case stuck:
-			m.lost = true // its handler skips it (process)
+			m.lost, m.handedBack = true, true // its handler skips it (process)
 			back = append(back, m)
 		case time.Since(m.received) >= limit:
 			ids = append(ids, id)
@@ -2014,15 +2022,28 @@ func (g *groupSub) stuckLocked() bool {
 // as cleanup does (claimable at once, the count of our read or claim
 // undone, the group's hand-back notice set, its other members of this
 // Backend nudged), each only if it is still pending here. They are marked
-// lost already, so no handler here starts them. If the hand-back fails,
-// they are taken over after the ack deadline like any entry nobody
-// refreshes.
+// lost already, so no handler here starts them. If the hand-back fails
+// (an Unsubscribe cancelled it, say), those still queued are unmarked, so
+// that cleanup hands them back or a handler runs them
+// (TestReview55UnsubscribeDuringStuckHandBack); one a handler dropped in
+// between is taken over after the ack deadline. A hand-back whose reply
+// was lost may have run: handing an entry back twice is harmless
+// (hand_back.lua sets the same idle time and count).
 func (g *groupSub) handBackQueued(back []*groupMsg) {
 	args := g.handBackArgs()
 	for _, m := range back {
 		args = append(args, m.id, m.attempt-1)
 	}
 	n, err := g.handBack(g.ctx, args)
+	if err != nil {
+		g.mu.Lock()
+		for _, m := range back {
+			if g.inflight != nil && g.inflight[m.id] == m {
+				m.lost, m.handedBack = false, false
+			}
+		}
+		g.mu.Unlock()
+	}
 	switch {
 	case err != nil:
 		if g.ctx.Err() == nil && !isNoGroup(err) {

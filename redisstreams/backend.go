@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	neturl "net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/internal/lifecycle"
+	"github.com/leasebus/leasebus/internal/redisurl"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -465,7 +465,7 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: url %q: %v", ErrInvalid, redactURL(url), err)
+		return nil, fmt.Errorf("%w: url %q: %s", ErrInvalid, redisurl.Redact(url), redisurl.RedactIn(err.Error(), url))
 	}
 	ro.ContextTimeoutEnabled = true
 	if o.ConfigureClient != nil {
@@ -478,7 +478,7 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	}
 	if isClusterNode(ctx, client) {
 		_ = client.Close()
-		return nil, fmt.Errorf("%w: url %q: %s is a node of a Redis Cluster, and NewURL connects to one server (it would see that node's share of the keys): use New with a *redis.ClusterClient", ErrInvalid, redactURL(url), ro.Addr)
+		return nil, fmt.Errorf("%w: url %q: %s is a node of a Redis Cluster, and NewURL connects to one server (it would see that node's share of the keys): use New with a *redis.ClusterClient", ErrInvalid, redisurl.Redact(url), ro.Addr)
 	}
 	b, err := newBackend(client, true, o)
 	if err != nil {
@@ -495,15 +495,6 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 func isClusterNode(ctx context.Context, client *redis.Client) bool {
 	info, err := client.Info(ctx, "cluster").Result()
 	return err == nil && strings.Contains(info, "cluster_enabled:1")
-}
-
-// redactURL returns rawURL with its password hidden, for errors.
-func redactURL(rawURL string) string {
-	u, err := neturl.Parse(rawURL)
-	if err != nil || u.User == nil {
-		return rawURL
-	}
-	return u.Redacted()
 }
 
 func newBackend(client redis.UniversalClient, own bool, o Options) (*Backend, error) {

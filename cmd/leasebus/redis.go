@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/keys"
+	"github.com/leasebus/leasebus/internal/redisurl"
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
@@ -144,15 +145,9 @@ func (fs *flagSet) backend(ctx context.Context, redisFlag *string, keyspace stri
 	return connect(ctx, url, redisstreams.Options{Prefix: keyspace}, logw)
 }
 
-// redact hides the password of a Redis URL (and leaves a URL without one
-// as given: url.Redacted writes "redis://" as "redis:").
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
-}
+// redact hides the password of a Redis URL, also of one net/url cannot
+// parse (redisurl.Redact).
+func redact(raw string) string { return redisurl.Redact(raw) }
 
 // redisOptions returns the Backend options of the operator commands.
 func redisOptions() redisstreams.Options { return redisstreams.Options{} }

@@ -1575,7 +1575,7 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		g.mu.Unlock()
 		err := backoff.Sleep(g.ctx, g.p.RedeliveryDelay(m.attempt))
 		g.mu.Lock()
-		m.resting = false
+		m.resting, m.startAt = false, time.Now() // not stuck while it claims it again (stuckLocked)
 		g.mu.Unlock()
 		if err != nil {
 			kept = g.keepForHandBack(m)

@@ -253,7 +253,7 @@
 // for as long as the handlers do (TestHungHandlerHoldsNoQueuedEvents:
 // before, five events waited behind a hung handler for as long as it hung,
 // their idle time refreshed; now an idle member that subscribed after the
-// hang began had them 1.52s later, AckDeadline 1s, in 3 of 3 runs). A Concurrency(1) handler waiting out a
+// hang began had them 1.52-1.54s later, AckDeadline 1s, in 6 runs). A Concurrency(1) handler waiting out a
 // nacked entry's redelivery delay is not counted as stuck.
 //
 // Reading ahead has two consequences users see (review h53). A member reads

@@ -2024,8 +2024,8 @@ func (g *groupSub) stuckLocked() bool {
 // Backend nudged), each only if it is still pending here. They are marked
 // lost already, so no handler here starts them. If the hand-back fails
 // (an Unsubscribe cancelled it, say), those still queued are unmarked, so
-// that cleanup hands them back or a handler runs them
-// (TestReview55UnsubscribeDuringStuckHandBack); one a handler dropped in
+// that cleanup hands them back, a handler runs them or the next pass tries
+// again (TestReview55UnsubscribeDuringStuckHandBack); one a handler dropped in
 // between is taken over after the ack deadline. A hand-back whose reply
 // was lost may have run: handing an entry back twice is harmless
 // (hand_back.lua sets the same idle time and count).
@@ -2047,7 +2047,7 @@ func (g *groupSub) handBackQueued(back []*groupMsg) {
 	switch {
 	case err != nil:
 		if g.ctx.Err() == nil && !isNoGroup(err) {
-			g.s.b.opts.Logger.Warn("redisstreams: handing back the entries queued behind stuck handlers failed; they are taken over after the ack deadline",
+			g.s.b.opts.Logger.Warn("redisstreams: handing back the entries queued behind stuck handlers failed; tried again at the next pass while the handlers stay stuck",
 				"topic", g.topic, "group", g.group, "err", err)
 		}
 	case n > 0:

@@ -64,7 +64,16 @@ const ackLaneIdle = time.Second
 // that stopped answering returns instead of retrying for minutes.
 const ackCloseGrace = 10 * time.Second
 
-type ackReq struct{ key, group, id string }
+// ackReq is one ack to write. by, when set, is told once the ack is
+// finished (written, or given up on): until then its subscription takes
+// the entry for one of its own (ackWaiter).
+type ackReq struct {
+	key, group, id string
+	by             ackWaiter
+}
+
+// ackWaiter is told that the ack of entry id it queued is finished.
+type ackWaiter interface{ ackFinished(id string) }
 
 func (a *acker) init(b *Backend) {
 	a.b = b
@@ -74,15 +83,21 @@ func (a *acker) init(b *Backend) {
 }
 
 // add queues the ack of entry id of stream key in group, and starts its
-// lane's goroutine when the lane had nothing to write. After close it does
-// nothing: the entry stays pending and is redelivered after its AckDeadline.
-func (a *acker) add(key, group, id string) {
+// lane's goroutine when the lane had nothing to write; by (if not nil) is
+// told when the ack is finished. After close it writes nothing: the entry
+// stays pending and is redelivered after its AckDeadline (by is told at
+// once).
+func (a *acker) add(key, group, id string, by ackWaiter) {
 	name := a.b.laneOf(key) // outside mu: it reads the client's map of slots
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.closed {
+		a.mu.Unlock()
+		if by != nil {
+			by.ackFinished(id)
+		}
 		return
 	}
+	defer a.mu.Unlock()
 	l := a.lanes[name]
 	if l == nil {
 		l = &ackLane{keys: make(map[string]int), progress: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -90,7 +105,7 @@ func (a *acker) add(key, group, id string) {
 		a.wg.Add(1)
 		go a.run(name, l)
 	}
-	l.queue = append(l.queue, ackReq{key, group, id})
+	l.queue = append(l.queue, ackReq{key, group, id, by})
 	l.keys[key]++
 	l.enq++
 	if l.idle {
@@ -116,6 +131,11 @@ func (a *acker) run(name string, l *ackLane) {
 			l.queue = nil
 			a.mu.Unlock()
 			a.write(batch)
+			for _, r := range batch {
+				if r.by != nil {
+					r.by.ackFinished(r.id)
+				}
+			}
 			a.mu.Lock()
 			for _, r := range batch {
 				if l.keys[r.key]--; l.keys[r.key] <= 0 {

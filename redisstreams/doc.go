@@ -213,6 +213,17 @@
 // are claimed in one pipeline of up to 64 (TestNackBurstRedeliveredInFewRoundTrips:
 // 500 nacks came back in 19-20 round trips, one each before).
 //
+// An entry whose handler returned nil is acked through a per-master
+// batch writer, a little after the handler returned; until that XACK is
+// written (or given up on after its retries, about 10s at most) the
+// member takes the entry for none of its own claims, though it is still
+// pending and, after a handler that ran past AckDeadline, idle long
+// enough to be claimed (TestAckedEventNotTakenAgainBeforeItsAck: before,
+// a lone member with handlers past the deadline ran 1-2 of 48 such events
+// again a millisecond later, and with MaxDeliveries(1) dead-lettered them).
+// Another member cannot know: a handler that runs past AckDeadline may
+// see its event run again elsewhere, as pubsub.AckDeadline says.
+//
 // # Hand-back
 //
 // A group subscription that stops (Unsubscribe, Close, and a Shutdown that

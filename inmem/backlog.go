@@ -48,5 +48,14 @@ func (b *Backend) GroupBacklog(ctx context.Context, topic, group string) (pubsub
 	}
 	bl.Lag = int64(t.next - r.cursor)
 	bl.Pending = int64(len(r.pending) + len(r.retries))
+	// Deliveries a ClaimPending member took over and has not started yet
+	// are out of pending and retries, still delivered and unacked.
+	for _, m := range r.members {
+		for _, it := range m.claims {
+			if !it.done {
+				bl.Pending++
+			}
+		}
+	}
 	return bl, nil
 }

@@ -166,6 +166,9 @@ func (b *Backend) PublishFor(ctx context.Context, topic, group string, e pubsub.
 // an invalid publication returns an error wrapping pubsub.ErrInvalid and
 // nothing is published.
 func (b *Backend) PublishBatch(ctx context.Context, ps []pubsub.Publication) error {
+	if b.isClosed() {
+		return pubsub.ErrClosed
+	}
 	if err := pubsub.ValidatePublications(ps); err != nil {
 		return err
 	}

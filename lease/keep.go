@@ -178,6 +178,9 @@ func sharedKeeper(p Provider) *Keeper {
 // a key the same owner already holds re-acquires it (same token): owners
 // should be unique per holder.
 func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration) (*Held, error) {
+	if k.p == nil {
+		return nil, fmt.Errorf("%w: provider is nil (NewKeeper)", ErrInvalid)
+	}
 	if err := CheckAcquire(key, owner, ttl); err != nil {
 		return nil, err
 	}

@@ -247,8 +247,9 @@ func (bus *bus) publish(name, group string, e pubsub.Event) error {
 // position and its unacked events in the Backend while it has no members.
 // A group delivery is redelivered to any live member after a nack (after the
 // nacking member's RedeliveryDelay, or at once when that member unsubscribes
-// first), at once when its member unsubscribes without acking it, and to
-// another member when it is not acked within its AckDeadline (read from the
+// first), when its member unsubscribes, as soon as that member's handler
+// of it returns without an ack (not while it still runs), and to another
+// member when it is not acked within its AckDeadline (read from the
 // Backend's Clock); a late ack of the first attempt still counts. Each
 // redelivery is the next attempt, counted towards MaxDeliveries.
 // AckDeadline does not apply to fan-out subscriptions: the only possible
@@ -567,7 +568,8 @@ func (s *subscription) Topic() string { return s.r.t.name }
 // returns after they have returned and the subscription's goroutines have
 // exited, or ctx.Err() when ctx ends first (the handlers keep running then;
 // call Unsubscribe again to wait for them). Group events it had not acked go
-// back to the group at once. It is idempotent; after the Backend closed it
+// back to the group as their handlers return (one whose handler runs on
+// past its AckDeadline goes to another member then). It is idempotent; after the Backend closed it
 // returns pubsub.ErrClosed, once the handlers have returned.
 func (s *subscription) Unsubscribe(ctx context.Context) error {
 	s.stop(false)
@@ -602,12 +604,11 @@ func (s *subscription) stop(byClose bool) {
 			delete(t.fanouts, r)
 		} else {
 			now := time.Now()
-			for it := range r.pending {
-				if len(it.holders) == 1 && it.holders[0] == s && !it.done && !it.queued && !it.claimed {
-					delete(r.pending, it)
-					r.queue(it, now)
-				}
-			}
+			// Deliveries s is still running go back to the group when
+			// their handler returns without an ack (settle), not before
+			// (package pubsub, "Groups": once its handlers have
+			// returned); one whose handler never returns is taken over
+			// at its AckDeadline, like a dead member's.
 			// Events s nacked wait out the redelivery delay of s's
 			// policy: with s gone they are due at once, for the other
 			// members or the next one (as the next attempt).

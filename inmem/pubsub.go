@@ -643,7 +643,7 @@ func (s *subscription) work() {
 		if !ok {
 			return
 		}
-		s.settle(j.it, s.invoke(j))
+		s.settle(j, s.invoke(j))
 	}
 }
 
@@ -809,8 +809,9 @@ func (s *subscription) invoke(j job) error {
 	return s.p.Handle(s.ctx, e)
 }
 
-// settle records the outcome of an attempt of it by s.
-func (s *subscription) settle(it *item, err error) {
+// settle records the outcome of attempt j by s.
+func (s *subscription) settle(j job, err error) {
+	it := j.it
 	r, t := s.r, s.r.t
 	t.mu.Lock()
 	it.release(s)
@@ -825,8 +826,12 @@ func (s *subscription) settle(it *item, err error) {
 			it.queued = false
 			r.removeRetry(it)
 		}
-	case it.queued || it.claimed || len(it.holders) > 0:
-		// Another attempt has taken over; this failure is superseded.
+	case it.queued || it.claimed || (len(it.holders) > 0 && it.attempts > j.attempt):
+		// A newer attempt has taken over; this failure is superseded.
+		// An older one still running (its handler hung past its
+		// AckDeadline, or its delivery was claimed) does not make the
+		// newest attempt's failure wait for an ack deadline: it is
+		// redelivered after the RedeliveryDelay, as any nack.
 	case s.ctx.Err() != nil && r.group == "":
 		// The fan-out subscription is going away, and its events with it.
 	case s.ctx.Err() != nil:

@@ -159,6 +159,16 @@ func (r *reader) forgetPast() {
 	}
 	clear(r.retries)
 	r.retries = r.retries[:0]
+	// So are the deliveries a ClaimPending member took over and has not
+	// started.
+	for _, m := range r.members {
+		for _, it := range m.claims {
+			it.done = true
+			it.claimed = false
+		}
+		clear(m.claims)
+		m.claims = nil
+	}
 }
 
 // shrunk returns a copy of m in a table sized for its entries (maps.Clone

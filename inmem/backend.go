@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -109,6 +110,8 @@ func (o *Options) validate() error {
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}
+	} else if v := reflect.ValueOf(o.Clock); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: Clock is a nil %T", ErrInvalid, o.Clock)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
 
@@ -188,5 +189,49 @@ func TestIdleGroupForgottenOnlyWhenCaughtUp(t *testing.T) {
 	mustSubscribe(t, b, "behind", func(context.Context, pubsub.Event) error { got <- struct{}{}; return nil }, pubsub.Group("g"))
 	for range 100 {
 		waitFor(t, got, "an unread event of the idle group")
+	}
+}
+
+// TestLeaseMarksGoAway: inmem/doc.go says a released or revoked lease
+// leaves a mark of how it ended, which the sweep a new tenure runs (at
+// most once a minute) drops once it is older than lease.StatusWindow.
+// 1,000 leases released and 1,000 revoked leave 2,000 marks; a tenure
+// after the window leaves its own alone.
+func TestLeaseMarksGoAway(t *testing.T) {
+	clock := NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, err := NewWithOptions(Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	for i := range 2000 {
+		key := fmt.Sprint("k", i)
+		if _, err := b.AcquireLease(ctx, key, "o", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			err = b.ReleaseLease(ctx, key, "o")
+		} else {
+			err = b.RevokeLease(ctx, key, "test")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks := func() int {
+		b.leases.mu.Lock()
+		defer b.leases.mu.Unlock()
+		return len(b.leases.marks)
+	}
+	if n := marks(); n != 2000 {
+		t.Fatalf("%d marks after 2,000 ended leases, want 2,000", n)
+	}
+	clock.Advance(lease.StatusWindow + 2*time.Minute)
+	if _, err := b.AcquireLease(ctx, "new", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := marks(); n != 1 {
+		t.Fatalf("%d marks after the window and a new tenure's sweep, want 1 (the new tenure's)", n)
 	}
 }

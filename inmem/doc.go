@@ -25,9 +25,13 @@
 // the idle time: the heap after GC comes back within 256 KiB of where it
 // started.
 //
-// A released lease leaves nothing behind; an expired one is dropped when it
-// is next looked at, or by the sweep of the whole lease table that a new
-// tenure runs at most once a minute (by the Clock). Fencing tokens come
+// A released lease leaves only a mark of how its latest tenure ended (for
+// LeaseState: released, revoked, expired), and an expired one is dropped
+// when it is next looked at; both go by the sweep of the whole lease table
+// that a new tenure of any key runs at most once a minute (by the Clock),
+// the marks once they are older than lease.StatusWindow. So the table
+// holds the live leases, and the marks of the leases that ended within
+// the StatusWindow before the latest sweep. Fencing tokens come
 // from one counter for the whole Backend: each new tenure of any key takes
 // the next value, so the tokens of a key only grow, without a per-key
 // counter to keep.

@@ -18,8 +18,8 @@ import (
 // Fencing tokens come from one counter for the whole Backend, never reset:
 // each new tenure, of any key, takes the next value. So the tokens of one key
 // are strictly increasing across expiry, release and transfer without any
-// per-key state: a released or expired key leaves nothing behind, and the
-// table holds only live leases (and expired ones until the next sweep).
+// per-key counter: the table holds live leases (and expired ones until the
+// next sweep), and the marks of how recent tenures ended (revoke.go).
 type leaseTable struct {
 	mu        sync.Mutex
 	live      map[string]leaseEntry

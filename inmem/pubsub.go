@@ -576,7 +576,11 @@ func (s *subscription) Unsubscribe(ctx context.Context) error {
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-s.done: // stopped already: the same answer whatever ctx
+		default:
+			return ctx.Err()
+		}
 	}
 	if s.byClose {
 		return pubsub.ErrClosed

@@ -128,8 +128,8 @@ var sharedKeepers sync.Map
 // The shared Keeper's goroutine exits when it holds no lease, so nothing
 // needs to be closed; release each Held when done.
 func Keep(ctx context.Context, p Provider, key, owner string, ttl time.Duration) (*Held, error) {
-	if p == nil {
-		return nil, fmt.Errorf("%w: provider is nil", ErrInvalid)
+	if err := checkProvider(p); err != nil {
+		return nil, err
 	}
 	k := sharedKeeper(p)
 	h, err := k.Keep(ctx, key, owner, ttl)
@@ -178,8 +178,8 @@ func sharedKeeper(p Provider) *Keeper {
 // a key the same owner already holds re-acquires it (same token): owners
 // should be unique per holder.
 func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration) (*Held, error) {
-	if k.p == nil {
-		return nil, fmt.Errorf("%w: provider is nil (NewKeeper)", ErrInvalid)
+	if err := checkProvider(k.p); err != nil {
+		return nil, fmt.Errorf("%w (NewKeeper)", err)
 	}
 	if err := CheckAcquire(key, owner, ttl); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -295,6 +296,22 @@ func CheckRenewals(reqs []Renewal) error {
 	for i, r := range reqs {
 		if err := CheckAcquire(r.Key, r.Owner, r.TTL); err != nil {
 			return fmt.Errorf("renewal %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkProvider returns an error wrapping ErrInvalid when p is nil, also a
+// nil pointer (or map, func, chan) of a type that implements Provider,
+// whose methods would panic.
+func checkProvider(p Provider) error {
+	if p == nil {
+		return fmt.Errorf("%w: provider is nil", ErrInvalid)
+	}
+	switch v := reflect.ValueOf(p); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice:
+		if v.IsNil() {
+			return fmt.Errorf("%w: provider is a nil %T", ErrInvalid, p)
 		}
 	}
 	return nil

@@ -73,8 +73,8 @@ func (b Backoff) bounds() (lo, hi time.Duration, err error) {
 // ErrHeld, or the last transport error) and ctx.Err(); compare with
 // errors.Is, never ==.
 func Wait(ctx context.Context, p Provider, key, owner string, ttl time.Duration, b Backoff) (Result, error) {
-	if p == nil {
-		return Result{}, fmt.Errorf("%w: provider is nil", ErrInvalid)
+	if err := checkProvider(p); err != nil {
+		return Result{}, err
 	}
 	if err := CheckAcquire(key, owner, ttl); err != nil {
 		return Result{}, err

@@ -97,7 +97,12 @@ type Subscription interface {
 	// group member's events that it nacked and was to redeliver (also those
 	// whose handler failed as it stopped) go back to the group at once, each
 	// as its next attempt (see "Groups" in the package documentation). It is
-	// idempotent.
+	// idempotent: a call after the subscription stopped returns what the
+	// first did, whatever its ctx. A handler that calls Unsubscribe of its
+	// own subscription must pass its own ctx (which Unsubscribe cancels, so
+	// the call returns ctx.Err() at once) or call it on another goroutine:
+	// with a ctx that does not end, the call waits for the handler making
+	// it, for ever. The same holds for PubSub.Close and Flush.
 	Unsubscribe(ctx context.Context) error
 }
 

@@ -402,7 +402,12 @@ func (g *groupSub) shutdown(ctx context.Context) error {
 	case <-g.done:
 		return g.err
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-g.done: // stopped already: the same answer whatever ctx
+			return g.err
+		default:
+			return ctx.Err()
+		}
 	}
 }
 

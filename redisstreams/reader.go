@@ -603,7 +603,12 @@ func (f *fanSub) shutdown(ctx context.Context) error {
 	case <-f.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-f.done: // stopped already: the same answer whatever ctx
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
 }
 

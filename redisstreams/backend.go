@@ -558,7 +558,8 @@ func (b *Backend) Close() error { return b.Shutdown(context.Background()) }
 // From its first call on, every other method returns pubsub.ErrClosed or
 // lease.ErrClosed. It waits for the Publish and Subscribe calls in progress
 // (on a server that stopped answering, Publish calls on a ctx that cannot
-// end take up to about twice the client's timeouts: see Publish),
+// end take up to about two batches' timeouts and retries, 35s and more with
+// go-redis's defaults on a busy client: see Publish),
 // then stops every subscription: it cancels the ctx of running handlers and
 // waits for them to return and for their acks to be written; entries a group
 // subscription read and did not start are handed back to the group at once.

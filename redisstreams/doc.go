@@ -368,7 +368,12 @@
 // On a ctx that cannot end, a call waits for the server or the client's
 // timeouts, but not for those of every batch queued ahead of it: when a
 // batch of publishes or of single-lease calls fails on a transport error
-// (after go-redis's retries: 5-10s with its defaults), the calls queued
+// (after go-redis's timeouts and retries: with its defaults 10s for a lone
+// caller, and 35.2s in every run of review h56 and ours when 32 callers kept a NewURL client busy
+// as the server stopped, the batch's retries waiting on pooled and freshly
+// dialled connections whose handshakes time out too:
+// TestQueuedCallsUnderLoadOnStalledServer, which holds it under a minute;
+// pass a ctx with a deadline to wait less), the calls queued
 // behind it, never sent, fail with it at once, with an error that says so
 // and wraps the batch's (TestQueuedPublishesFailWithTheBatchBefore,
 // TestQueuedLeaseCallsFailWithTheBatchBefore: 160 calls on

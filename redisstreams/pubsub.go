@@ -365,15 +365,18 @@ func (s *streamBus) flush(ctx context.Context) error {
 //
 // One batch is in flight at a time, so that publishes keep their order. On a
 // server that stopped answering, a Publish returns when its ctx ends or when
-// the batch it is in fails (the client's timeouts and retries: 5-10s with
-// go-redis's defaults); when a batch fails on a transport error, every
+// the batch it is in fails (the client's timeouts and retries: with
+// go-redis's defaults 10s for a lone caller, 35s on a busy client:
+// "Clients and deadlines" in the package doc); when a batch fails on a transport error, every
 // publish queued behind it fails with it at once, with an error saying it
 // was not sent, rather than wait for the same timeouts batch after batch
 // (TestQueuedPublishesFailWithTheBatchBefore: 160 publishes on a ctx that
 // cannot end, on a stopped server, all returned within 5.0s, where they
 // waited up to 45s before). So a Publish on a ctx that cannot end waits for
 // about two batches' timeouts at most (the one in flight, then its own), and
-// Close, which waits for the calls in progress, with them.
+// Close, which waits for the calls in progress, with them: review h56 saw
+// Close take 35s with 8 publishers on a stopped server. Give Publish a ctx
+// with a deadline to bound it.
 func (b *Backend) Publish(ctx context.Context, topic string, e pubsub.Event) error {
 	return b.publish(ctx, topic, "", e)
 }

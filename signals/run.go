@@ -42,6 +42,13 @@ type Run struct {
 // the next wait, and the signal then starts the next run rather than
 // coming through Next (still once, and in order). A duplicate signal ID is
 // skipped.
+//
+// ctx bounds the wait for the next signal, not the recording of the
+// signals taken so far, which comes first (the done record's write, then
+// their acks): on a server that stopped answering that write is tried
+// until it succeeds, gives up (2s) or the run's lease is lost (its loss
+// deadline, under the lease TTL), whatever ctx does; Next then reports
+// false.
 func (r *Run) Next(ctx context.Context) (Signal, bool) {
 	if r.ctx.Err() != nil {
 		return Signal{}, false

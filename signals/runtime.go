@@ -157,6 +157,9 @@ type seenNotice struct {
 // unless ps implements CrossProcessReporter and reports false. New subscribes
 // to WorkTopic (so that it takes over the threads of dead owners) and returns
 // an error when that fails; bad options return an error wrapping ErrInvalid.
+// Those subscriptions are made on a ctx that cannot end: on a server that
+// does not answer, New returns when the client's timeouts and retries give
+// up (on redisstreams, see "Clients and deadlines" there).
 func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 	if ps == nil {
 		return nil, fmt.Errorf("%w: pubsub is nil", ErrInvalid)

@@ -1047,3 +1047,99 @@ func (s *suite) handlerOwnsItsCopy(t *testing.T) {
 	}
 	s.bothKinds(t, "Groups", run)
 }
+
+// A group member that stops gives its events back "once its handlers have
+// returned" (package doc, Groups): an event whose handler still runs after
+// Unsubscribe cancelled its ctx is not given to another member meanwhile,
+// and when that handler then returns nil the event is acked, not run again
+// (review h57: inmem gave it to the other member at once, and it ran
+// twice though nothing failed).
+func (s *suite) stopGivesBackAfterHandlers(t *testing.T) {
+	ps := s.backend(t)
+	topic := topicFor(t)
+	started, cancelled, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	a := s.subscribe(t, ps, topic, func(ctx context.Context, e pubsub.Event) error {
+		close(started)
+		<-ctx.Done() // Unsubscribe began
+		close(cancelled)
+		<-release // finishes its work, then acks
+		return nil
+	}, pubsub.Group("g"), pubsub.AckDeadline(time.Minute))
+	s.publish(t, ps, topic, pubsub.Event{Type: "work"})
+	s.await(t, started, "member A to start the event")
+	gotB := make(chan pubsub.Event, 4)
+	s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+		gotB <- e
+		return nil
+	}, pubsub.Group("g"), pubsub.AckDeadline(time.Minute))
+	unsubbed := make(chan error, 1)
+	go func() { unsubbed <- a.Unsubscribe(context.Background()) }()
+	s.await(t, cancelled, "member A's handler ctx to end")
+	select {
+	case e := <-gotB:
+		close(release)
+		t.Fatalf("member B got event %s (attempt %d) while member A's handler still ran it", e.ID, e.DeliveryAttempt)
+	case <-time.After(time.Second):
+	}
+	close(release)
+	select {
+	case err := <-unsubbed:
+		if err != nil {
+			t.Fatalf("Unsubscribe: %v", err)
+		}
+	case <-time.After(s.c.Timeout):
+		t.Fatalf("Unsubscribe had not returned %v after the handler did", s.c.Timeout)
+	}
+	s.flush(t, ps)
+	select {
+	case e := <-gotB:
+		t.Fatalf("member B got event %s (attempt %d), which member A's handler acked", e.ID, e.DeliveryAttempt)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A nacked event waits RedeliveryDelay before it is delivered again
+// (package doc, "Delivery policy"), also when the member that nacked it
+// had claimed it (ClaimPending) from a member whose handler still hangs
+// on it: the older attempt does not make the newer one's nack wait for an
+// ack deadline (review h57: inmem redelivered it only after the claimer's
+// AckDeadline, a minute here). The bound, 10s, is a thousand times the
+// delay.
+func (s *suite) claimerNackWaitsRedeliveryDelay(t *testing.T) {
+	ps := s.backend(t)
+	topic := topicFor(t)
+	started := make(chan struct{}, 1)
+	s.subscribe(t, ps, topic, func(ctx context.Context, e pubsub.Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done() // hangs until A is unsubscribed
+		return ctx.Err()
+	}, pubsub.Group("g"), pubsub.AckDeadline(time.Minute))
+	s.publish(t, ps, topic, pubsub.Event{Type: "work"})
+	s.await(t, started, "member A to start the event")
+	attempts := make(chan int, 8)
+	var calls atomic.Int32
+	s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+		attempts <- e.DeliveryAttempt
+		if calls.Add(1) == 1 {
+			return errors.New("first try on B fails")
+		}
+		return nil
+	}, pubsub.Group("g"), pubsub.AckDeadline(time.Minute), pubsub.RedeliveryDelay(10*time.Millisecond), pubsub.ClaimPending())
+	var first int
+	select {
+	case first = <-attempts:
+	case <-time.After(s.c.Timeout):
+		t.Fatalf("member B (ClaimPending) did not get the event member A holds within %v", s.c.Timeout)
+	}
+	select {
+	case again := <-attempts:
+		if again != first+1 {
+			t.Errorf("B's redelivery is attempt %d, want %d", again, first+1)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("B nacked attempt %d with RedeliveryDelay 10ms and got no redelivery within 10s (its AckDeadline is a minute)", first)
+	}
+}

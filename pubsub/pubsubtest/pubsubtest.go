@@ -113,6 +113,8 @@ func Run(t *testing.T, c Config) {
 		{"RedeliveryDelayZero", none, s.redeliveryDelayZero},
 		{"NackHoldsUpNothing", groups, s.nackHoldsUpNothing},
 		{"NackedGoesBackOnStop", groups, s.nackedGoesBackOnStop},
+		{"StopGivesBackOnlyAfterHandlersReturn", groups, s.stopGivesBackAfterHandlers},
+		{"ClaimerNackWaitsRedeliveryDelay", groups, s.claimerNackWaitsRedeliveryDelay},
 		{"ReadOnDemandReadsWhatWasKicked", groups, s.readOnDemandReadsWhatWasKicked},
 		{"OrderWithConcurrency1", none, s.orderWithConcurrency1},
 		{"ConcurrencyN", none, s.concurrencyN},

@@ -110,8 +110,15 @@ func (o *Options) validate() error {
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}
-	} else if v := reflect.ValueOf(o.Clock); v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("%w: Clock is a nil %T", ErrInvalid, o.Clock)
+	} else {
+		// A nil value of a kind that can be nil (a nil *ManualClock, a nil
+		// func type) is not nil as an interface and panics on its first Now.
+		switch v := reflect.ValueOf(o.Clock); v.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice:
+			if v.IsNil() {
+				return fmt.Errorf("%w: Clock is a nil %T", ErrInvalid, o.Clock)
+			}
+		}
 	}
 	return nil
 }

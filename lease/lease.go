@@ -302,14 +302,14 @@ func CheckRenewals(reqs []Renewal) error {
 }
 
 // checkProvider returns an error wrapping ErrInvalid when p is nil, also a
-// nil pointer (or map, func, chan) of a type that implements Provider,
-// whose methods would panic.
+// nil pointer or func of a type that implements Provider, whose methods
+// would panic. (A nil map or slice of such a type is a usable value.)
 func checkProvider(p Provider) error {
 	if p == nil {
 		return fmt.Errorf("%w: provider is nil", ErrInvalid)
 	}
 	switch v := reflect.ValueOf(p); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice:
+	case reflect.Pointer, reflect.Func:
 		if v.IsNil() {
 			return fmt.Errorf("%w: provider is a nil %T", ErrInvalid, p)
 		}

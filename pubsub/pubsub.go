@@ -97,8 +97,8 @@ type Subscription interface {
 	// group member's events that it nacked and was to redeliver (also those
 	// whose handler failed as it stopped) go back to the group at once, each
 	// as its next attempt (see "Groups" in the package documentation). It is
-	// idempotent: a call after the subscription stopped returns what the
-	// first did, whatever its ctx. A handler that calls Unsubscribe of its
+	// idempotent: once the subscription has stopped, every call returns
+	// what the first call that saw it stopped returned, whatever its ctx. A handler that calls Unsubscribe of its
 	// own subscription must pass its own ctx (which Unsubscribe cancels, so
 	// the call returns ctx.Err() at once) or call it on another goroutine:
 	// with a ctx that does not end, the call waits for the handler making

@@ -37,6 +37,12 @@ type acker struct {
 	quit   chan struct{}  // closed by close: idle lanes go at once
 	wg     sync.WaitGroup // the lanes' goroutines; Add only under mu, before closed
 
+	// held counts the acks queued or being written, per entry (guarded by
+	// mu): an entry acked by a handler of this Backend and still pending on
+	// the server, which no subscription of the Backend claims (holds). An
+	// entry leaves it when its ack is written or given up on.
+	held map[ackReq]int
+
 	// ctx bounds every write; close cancels it ackCloseGrace after it
 	// began, and acks not written by then are given up on.
 	ctx    context.Context
@@ -64,16 +70,7 @@ const ackLaneIdle = time.Second
 // that stopped answering returns instead of retrying for minutes.
 const ackCloseGrace = 10 * time.Second
 
-// ackReq is one ack to write. by, when set, is told once the ack is
-// finished (written, or given up on): until then its subscription takes
-// the entry for one of its own (ackWaiter).
-type ackReq struct {
-	key, group, id string
-	by             ackWaiter
-}
-
-// ackWaiter is told that the ack of entry id it queued is finished.
-type ackWaiter interface{ ackFinished(id string) }
+type ackReq struct{ key, group, id string }
 
 func (a *acker) init(b *Backend) {
 	a.b = b
@@ -83,21 +80,17 @@ func (a *acker) init(b *Backend) {
 }
 
 // add queues the ack of entry id of stream key in group, and starts its
-// lane's goroutine when the lane had nothing to write; by (if not nil) is
-// told when the ack is finished. After close it writes nothing: the entry
-// stays pending and is redelivered after its AckDeadline (by is told at
-// once).
-func (a *acker) add(key, group, id string, by ackWaiter) {
+// lane's goroutine when the lane had nothing to write. Until the ack is
+// finished (written, or given up on) holds reports it. After close it does
+// nothing: the entry stays pending and is redelivered after its
+// AckDeadline.
+func (a *acker) add(key, group, id string) {
 	name := a.b.laneOf(key) // outside mu: it reads the client's map of slots
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.closed {
-		a.mu.Unlock()
-		if by != nil {
-			by.ackFinished(id)
-		}
 		return
 	}
-	defer a.mu.Unlock()
 	l := a.lanes[name]
 	if l == nil {
 		l = &ackLane{keys: make(map[string]int), progress: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -105,7 +98,12 @@ func (a *acker) add(key, group, id string, by ackWaiter) {
 		a.wg.Add(1)
 		go a.run(name, l)
 	}
-	l.queue = append(l.queue, ackReq{key, group, id, by})
+	r := ackReq{key, group, id}
+	l.queue = append(l.queue, r)
+	if a.held == nil {
+		a.held = make(map[ackReq]int)
+	}
+	a.held[r]++
 	l.keys[key]++
 	l.enq++
 	if l.idle {
@@ -115,6 +113,22 @@ func (a *acker) add(key, group, id string, by ackWaiter) {
 		default:
 		}
 	}
+}
+
+// holds reports whether the ack of entry id of stream key in group is
+// queued or being written: its handler returned nil, and the entry is
+// still pending on the server until the XACK lands. The Backend's group
+// subscriptions claim no such entry (groupSub.reserveLocked): before, a
+// member's reclaim pass took an entry whose handler had run past
+// AckDeadline and just returned nil, and ran it again a millisecond later,
+// or with MaxDeliveries(1) dead-lettered it
+// (TestAckedEventNotTakenAgainBeforeItsAck). Members of other Backends
+// cannot know (pubsub.AckDeadline: a handler that runs past it may see its
+// event run elsewhere).
+func (a *acker) holds(key, group, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held[ackReq{key, group, id}] > 0
 }
 
 // run writes lane l's acks, batch after batch, until none is queued and
@@ -131,13 +145,11 @@ func (a *acker) run(name string, l *ackLane) {
 			l.queue = nil
 			a.mu.Unlock()
 			a.write(batch)
-			for _, r := range batch {
-				if r.by != nil {
-					r.by.ackFinished(r.id)
-				}
-			}
 			a.mu.Lock()
 			for _, r := range batch {
+				if a.held[r]--; a.held[r] <= 0 {
+					delete(a.held, r)
+				}
 				if l.keys[r.key]--; l.keys[r.key] <= 0 {
 					delete(l.keys, r.key)
 				}

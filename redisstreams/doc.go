@@ -214,15 +214,21 @@
 // 500 nacks came back in 19-20 round trips, one each before).
 //
 // An entry whose handler returned nil is acked through a per-master
-// batch writer, a little after the handler returned; until that XACK is
-// written (or given up on after its retries, about 10s at most) the
-// member takes the entry for none of its own claims, though it is still
-// pending and, after a handler that ran past AckDeadline, idle long
-// enough to be claimed (TestAckedEventNotTakenAgainBeforeItsAck: before,
-// a lone member with handlers past the deadline ran 1-2 of 48 such events
-// again a millisecond later, and with MaxDeliveries(1) dead-lettered them).
-// Another member cannot know: a handler that runs past AckDeadline may
-// see its event run again elsewhere, as pubsub.AckDeadline says.
+// batch writer, a little after the handler returned. Until that XACK is
+// written or given up on, none of the Backend's group subscriptions claims
+// the entry, though it is still pending and, after a handler that ran past
+// AckDeadline, idle long enough to be claimed: not the member that ran it
+// (its reclaim pass, ClaimPending, a lost read's recovery) nor another
+// member of the same Backend (TestAckedEventNotTakenAgainBeforeItsAck:
+// before, a lone member with handlers past the deadline ran 1-2 of 48 such
+// events again a millisecond later, and with MaxDeliveries(1)
+// dead-lettered them). On a server that stops answering the writer's tries
+// each wait out the client's timeouts and retries, and it gives up only
+// after nine of them (review h58 saw none end within 300s on a NewURL
+// client) or at Close (10s): nothing else can claim the entry meanwhile,
+// and the XACK lands when the server answers again. Members of other
+// Backends cannot know: a handler that runs past AckDeadline may see its
+// event run again elsewhere, as pubsub.AckDeadline says.
 //
 // # Hand-back
 //

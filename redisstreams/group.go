@@ -84,12 +84,6 @@ type groupSub struct {
 	// recovery is fetching, until they are queued (in inflight): neither
 	// takes an id the other is taking.
 	claiming map[string]bool
-	// acking (guarded by mu) holds the ids this subscription handled and
-	// acked whose ack is not finished yet (ackDelivered): they are still
-	// pending on the server, and none of its claims takes them. An id lives
-	// there until its XACK is written or given up on (the acker's retries,
-	// about 10s at most, or its close grace).
-	acking map[string]struct{}
 	// undos counts the claims of this member that undoClaim put back
 	// (claimQueue), each counted before its ids' reservations end: a
 	// lost-read check sent before an undo may list an entry that the undo
@@ -522,14 +516,14 @@ func (g *groupSub) saw(id string) {
 }
 
 // reserveLocked marks id as being claimed or recovered, unless it is
-// queued here, already being taken or handled here with its ack not yet
-// written (acking); it reports whether it did. Call with
+// queued here, already being taken, or handled by this Backend with its ack
+// not yet written (acker.holds); it reports whether it did. Call with
 // g.mu held.
 func (g *groupSub) reserveLocked(id string) bool {
 	if _, queued := g.inflight[id]; queued || g.claiming[id] {
 		return false
 	}
-	if _, acked := g.acking[id]; acked {
+	if g.s.acks.holds(g.key, g.group, id) {
 		return false
 	}
 	if g.claiming == nil {
@@ -704,7 +698,7 @@ func (g *groupSub) refreshLost() {
 	args := []any{g.group, g.consumer, 0}
 	g.mu.Lock()
 	for _, p := range pend {
-		_, acked := g.acking[p.ID]
+		acked := g.s.acks.holds(g.key, g.group, p.ID)
 		if _, queued := g.inflight[p.ID]; !queued && !acked && !g.seenSince[p.ID] && !g.claiming[p.ID] {
 			args = append(args, p.ID, p.RetryCount)
 		}

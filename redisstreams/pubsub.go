@@ -704,27 +704,14 @@ return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`)
 // dead letter, at once and only where that dead letter is (a failover
 // that lost it leaves the entry pending, to be dead-lettered again).
 //
-// Until the ack is finished (written, or given up on) the entry stays
-// reserved (g.acking): none of g's own claims (an ack-deadline reclaim, a
-// ClaimPending pass, a lost read's recovery) takes it, since it is still
-// pending on the server and, after a handler that ran past AckDeadline,
-// idle long enough to be claimed. Before, a lone member ran such an event
-// again a millisecond after its handler returned nil, and with
-// MaxDeliveries(1) dead-lettered it (TestAckedEventNotTakenAgainBeforeItsAck).
-// Call it before the entry leaves g.inflight, so that it is never
-// unreserved in between.
+// Until an ack through the acker is written (or given up on), none of the
+// Backend's group subscriptions claims the entry (acker.holds); the sync
+// path acks before the entry leaves g.inflight.
 func (g *groupSub) ackDelivered(id string, n *deadNote) {
-	g.mu.Lock()
-	if g.acking == nil {
-		g.acking = map[string]struct{}{}
-	}
-	g.acking[id] = struct{}{}
-	g.mu.Unlock()
 	if n.id == "" {
-		g.s.acks.add(g.key, g.group, id, g)
+		g.s.acks.add(g.key, g.group, id)
 		return
 	}
-	defer g.ackFinished(id)
 	ctx, cancel := context.WithTimeout(context.Background(), ackCloseGrace)
 	defer cancel()
 	res, err := ackIfDeadScript.Run(ctx, g.s.b.client, []string{g.key, n.key}, g.group, id, n.id).Int64()
@@ -732,15 +719,6 @@ func (g *groupSub) ackDelivered(id string, n *deadNote) {
 		g.s.b.opts.Logger.Warn("redisstreams: entry not acked: its unacknowledged dead letter is not on the master (lost in a failover?) or the ack failed; it is redelivered after the ack deadline",
 			"topic", g.topic, "id", id, "dead", n.id, "err", err)
 	}
-}
-
-// ackFinished ends the reservation ackDelivered made for entry id: its ack
-// was written, or given up on (then the entry is taken over after the ack
-// deadline, as any unacked one).
-func (g *groupSub) ackFinished(id string) {
-	g.mu.Lock()
-	delete(g.acking, id)
-	g.mu.Unlock()
 }
 
 // deadLetterUndecodable dead-letters the stream entry id of topic, which

@@ -569,7 +569,8 @@ func (s *subscription) Topic() string { return s.r.t.name }
 // exited, or ctx.Err() when ctx ends first (the handlers keep running then;
 // call Unsubscribe again to wait for them). Group events it had not acked go
 // back to the group as their handlers return (one whose handler runs on
-// past its AckDeadline goes to another member then). It is idempotent; after the Backend closed it
+// past its AckDeadline goes to another member then); one a worker took as
+// Unsubscribe began goes back without running, as the same attempt. It is idempotent; after the Backend closed it
 // returns pubsub.ErrClosed, once the handlers have returned.
 func (s *subscription) Unsubscribe(ctx context.Context) error {
 	s.stop(false)
@@ -647,8 +648,42 @@ func (s *subscription) work() {
 		if !ok {
 			return
 		}
+		if h := testHookTaken.Load(); h != nil {
+			(*h)(s)
+		}
+		if s.ctx.Err() != nil {
+			// Taken just as the subscription stopped: never started, so
+			// no attempt, as redisstreams hands back the entries it read
+			// and did not start with their count undone
+			// (TestJobTakenAsStopIsNotAnAttempt: with MaxDeliveries(1)
+			// the next member dead-lettered it without a run).
+			s.unstart(j)
+			return
+		}
 		s.settle(j, s.invoke(j))
 	}
+}
+
+// testHookTaken, when set (tests only, before any subscription), runs in a
+// worker of s after it took a job and before it looks at its ctx.
+var testHookTaken atomic.Pointer[func(s *subscription)]
+
+// unstart undoes the delivery j that s took and will not start: a group's
+// event goes back to the group at once as the same attempt, unless another
+// attempt took it over or it was acked meanwhile.
+func (s *subscription) unstart(j job) {
+	it := j.it
+	r, t := s.r, s.r.t
+	t.mu.Lock()
+	it.release(s)
+	r.finish(it.seq)
+	if r.group != "" && !it.done && !it.queued && !it.claimed && it.attempts == j.attempt {
+		it.attempts--
+		delete(r.pending, it)
+		r.queue(it, time.Now())
+	}
+	t.mu.Unlock()
+	s.bus.progressed()
 }
 
 // exit is run by each worker on its way out; the last one closes done.

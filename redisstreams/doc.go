@@ -219,10 +219,12 @@
 // the entry, though it is still pending and, after a handler that ran past
 // AckDeadline, idle long enough to be claimed: not the member that ran it
 // (its reclaim pass, ClaimPending, a lost read's recovery) nor another
-// member of the same Backend (TestAckedEventNotTakenAgainBeforeItsAck:
+// member of the same Backend, whose claims ask the same writer
+// (TestAckedEventNotTakenAgainBeforeItsAck checks the member that ran it:
 // before, a lone member with handlers past the deadline ran 1-2 of 48 such
 // events again a millisecond later, and with MaxDeliveries(1)
-// dead-lettered them). On a server that stops answering the writer's tries
+// dead-lettered them; no test isolates the other members' case, where a
+// handler past the deadline is also taken over while it runs). On a server that stops answering the writer's tries
 // each wait out the client's timeouts and retries, and it gives up only
 // after nine of them (review h58 saw none end within 300s on a NewURL
 // client) or at Close (10s): nothing else can claim the entry meanwhile,

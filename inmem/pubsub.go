@@ -642,10 +642,10 @@ func (s *subscription) stop(byClose bool) {
 
 // work hands events to the handler until the subscription stops.
 func (s *subscription) work() {
-	defer s.exit()
 	for {
 		j, ok := s.next()
 		if !ok {
+			s.exit()
 			return
 		}
 		if h := testHookTaken.Load(); h != nil {
@@ -658,10 +658,29 @@ func (s *subscription) work() {
 			// (TestJobTakenAsStopIsNotAnAttempt: with MaxDeliveries(1)
 			// the next member dead-lettered it without a run).
 			s.unstart(j)
+			s.exit()
 			return
 		}
-		s.settle(j, s.invoke(j))
+		s.run(j)
 	}
+}
+
+// run runs the delivery j and settles it. A handler that ends its goroutine
+// instead of returning (runtime.Goexit, as testing's FailNow does) ends
+// this worker's: j is settled as a failure (pubsub.ErrHandlerExited) and a
+// new worker takes this one's place, so that the event is redelivered and
+// the subscription keeps its Concurrency (pubsubtest's GoexitRedelivers).
+func (s *subscription) run(j job) {
+	returned := false
+	defer func() {
+		if !returned {
+			s.settle(j, pubsub.ErrHandlerExited)
+			go s.work()
+		}
+	}()
+	err := s.invoke(j)
+	returned = true
+	s.settle(j, err)
 }
 
 // testHookTaken, when set (tests only, before any subscription), runs in a

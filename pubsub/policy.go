@@ -29,6 +29,13 @@ type PublishFunc func(ctx context.Context, topic string, e Event) error
 // (unless the subscription is going away). The rules:
 //
 //   - A panic of the handler is recovered and becomes an error: a nack.
+//   - A handler that ends its goroutine instead of returning
+//     (runtime.Goexit) ends Handle's too: Handle never returns. The backend
+//     notices it (a deferred check of a flag set after Handle returned),
+//     settles the attempt as failed with [ErrHandlerExited] and goes on on
+//     a new goroutine; pubsubtest's GoexitRedelivers checks it. With
+//     MaxDeliveries(n), such an attempt n is dead-lettered at the next
+//     delivery, without a call ("delivered n times without an ack").
 //   - With MaxDeliveries(n): a failed attempt n (or later) publishes the
 //     event to DeadLetterTopic(topic), with [DeadLetter]'s metadata and the
 //     handler's error as the reason, and Handle returns nil, so the backend

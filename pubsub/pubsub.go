@@ -18,6 +18,15 @@ var (
 	// ErrInvalid is wrapped by every error about bad input; the message names
 	// the field and the value. Compare with errors.Is.
 	ErrInvalid = errors.New("pubsub: invalid argument")
+
+	// ErrHandlerExited is the failure a backend records for an attempt
+	// whose handler ended its goroutine instead of returning
+	// (runtime.Goexit, as testing's FailNow and SkipNow do when a handler
+	// calls them): the attempt is a nack, as a panic is, and the event is
+	// redelivered; the backend keeps running the subscription's other
+	// deliveries on a new goroutine. [Policy.Handle] does not return in
+	// that case, so a backend notices it itself (see [Policy]).
+	ErrHandlerExited = errors.New("pubsub: handler ended its goroutine (runtime.Goexit, as testing's FailNow does) instead of returning")
 )
 
 // Event is one message on a topic.
@@ -41,7 +50,9 @@ type Event struct {
 }
 
 // Handler processes one delivery. Returning nil acks the event; returning an
-// error nacks it, and so does a panic, which the backend recovers. The ctx is
+// error nacks it, and so does a panic, which the backend recovers, and so
+// does ending the goroutine instead of returning (runtime.Goexit, as
+// testing's FailNow does: see [ErrHandlerExited]). The ctx is
 // cancelled when the subscription is unsubscribed or the backend closes. e is
 // the delivery's own copy: the handler may change e.Data and e.Metadata, and
 // no other delivery (a redelivery, another subscription) sees the change.

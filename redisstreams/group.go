@@ -1547,13 +1547,20 @@ func (g *groupSub) process(m *groupMsg) {
 	}
 	ev.DeliveryAttempt = m.attempt
 	note := &deadNote{}
-	if g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev) == nil {
+	if g.handle(m, ev, note) == nil {
 		if !g.s.abandoned() { // a Shutdown that gave up on us: never ack
 			g.ackDelivered(m.id, note)
 		}
 		g.forget(m.id)
 		return
 	}
+	g.failed(m)
+}
+
+// failed settles the failed attempt of m, which a handler goroutine holds:
+// kept for the hand-back when the subscription stopped, else redelivered
+// after the redelivery delay.
+func (g *groupSub) failed(m *groupMsg) {
 	if g.ctx.Err() != nil {
 		g.keepForHandBack(m) // failed as the subscription stopped
 		return
@@ -1565,6 +1572,33 @@ func (g *groupSub) process(m *groupMsg) {
 		return
 	}
 	g.retryLater(m, g.p.RedeliveryDelay(m.attempt))
+}
+
+// handle runs the policy on ev, the current attempt of m, with note for a
+// dead letter's ack. A handler that ends its goroutine instead of
+// returning (runtime.Goexit, as testing's FailNow does) ends this handler
+// goroutine: the attempt has failed (pubsub.ErrHandlerExited), and a new
+// handler goroutine settles it as a failure (failed) and then takes this
+// one's place, so that the entry is redelivered and the subscription keeps
+// its Concurrency (pubsubtest's GoexitRedelivers). The caller must leave
+// m to it on the way out (retryInPlace).
+func (g *groupSub) handle(m *groupMsg, ev pubsub.Event, note *deadNote) error {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		g.wg.Add(1) // before this goroutine's Done: Unsubscribe waits for both
+		go func() {
+			defer g.wg.Done()
+			g.failed(m)
+			g.tokens <- struct{}{}
+			g.work()
+		}()
+	}()
+	err := g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev)
+	returned = true
+	return err
 }
 
 // retryInPlace redelivers the nacked entry m on the handler that had it,
@@ -1623,7 +1657,10 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		}
 		ev.DeliveryAttempt = m.attempt
 		note := &deadNote{}
-		if g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev) == nil {
+		kept = true // a handler's Goexit leaves m to the goroutine that takes over (handle)
+		err = g.handle(m, ev, note)
+		kept = false
+		if err == nil {
 			if !g.s.abandoned() {
 				g.ackDelivered(m.id, note)
 			}

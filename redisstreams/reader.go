@@ -615,6 +615,11 @@ func (f *fanSub) shutdown(ctx context.Context) error {
 // work is one handler goroutine; it returns when the subscription stops.
 func (f *fanSub) work() {
 	defer f.wg.Done()
+	f.loop()
+}
+
+// loop hands the subscription's entries to handle until it stops.
+func (f *fanSub) loop() {
 	for {
 		var m fanMsg
 		select {
@@ -625,7 +630,7 @@ func (f *fanSub) work() {
 		if f.full.Load() && len(f.ch) <= cap(f.ch)/2 && f.full.CompareAndSwap(true, false) {
 			f.r.wake()
 		}
-		f.handle(m)
+		f.handle(m, 1)
 		f.busy.Add(-1)
 	}
 }
@@ -654,29 +659,61 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 	return reached && f.busy.Load() == 0, nil
 }
 
-// handle delivers one entry under the subscription's policy, redelivering
-// it locally after each failed attempt (the policy dead-letters it after
-// MaxDeliveries attempts). An unsubscribed subscription drops it.
+// handle delivers one entry under the subscription's policy from attempt
+// from, redelivering it locally after each failed attempt (the policy
+// dead-letters it after MaxDeliveries attempts). An unsubscribed
+// subscription drops it.
 //
 // Each attempt gets its own copy of the event: m.ev is shared with the
 // other fan-out subscriptions that got the entry from the same read, and a
 // handler may change its event's Data and Metadata.
-func (f *fanSub) handle(m fanMsg) {
-	for attempt := 1; ; attempt++ {
+//
+// A handler that ends its goroutine instead of returning (runtime.Goexit,
+// as testing's FailNow does) ends this handler goroutine: that attempt has
+// failed (pubsub.ErrHandlerExited), and a new handler goroutine redelivers
+// m after the delay and then takes this one's place, so that the
+// subscription keeps its Concurrency and Flush does not wait for it
+// forever (pubsubtest's GoexitRedelivers).
+func (f *fanSub) handle(m fanMsg, from int) {
+	attempt := from
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		f.wg.Add(1) // before this goroutine's Done: Unsubscribe waits for both
+		go func() {
+			defer f.wg.Done()
+			if f.redeliverAfter(attempt) {
+				f.handle(m, attempt+1)
+			}
+			f.busy.Add(-1)
+			f.loop()
+		}()
+	}()
+	for ; ; attempt++ {
 		e := cloneEvent(m.ev)
 		e.DeliveryAttempt = attempt
 		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil {
+			returned = true
 			return
 		}
-		// Nacked: while it waits for its redelivery it does not hold
-		// Flush up (pubsub.PubSub.Flush: deliveries handed to handlers).
-		f.busy.Add(-1)
-		err := backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt))
-		f.busy.Add(1)
-		if err != nil {
+		if !f.redeliverAfter(attempt) {
+			returned = true
 			return
 		}
 	}
+}
+
+// redeliverAfter waits out the redelivery delay of the failed attempt
+// attempt; false when the subscription stopped first. While it waits, the
+// entry does not hold Flush up (pubsub.PubSub.Flush: deliveries handed to
+// handlers).
+func (f *fanSub) redeliverAfter(attempt int) bool {
+	f.busy.Add(-1)
+	err := backoff.Sleep(f.ctx, f.p.RedeliveryDelay(attempt))
+	f.busy.Add(1)
+	return err == nil
 }
 
 // retireIfIdle stops the reader r and forgets it when it serves no stream

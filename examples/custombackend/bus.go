@@ -286,11 +286,28 @@ func (s *chanSub) work() {
 			s.sleep(ch, wake)
 			continue
 		}
-		err := s.p.Handle(s.ctx, ev)
+		s.run(idx, attempt, ev)
+	}
+}
+
+// run delivers ev and settles it. A handler that ends its goroutine
+// (runtime.Goexit, as testing's FailNow does) never returns from Handle:
+// the attempt is settled as failed, so the event is redelivered, and a new
+// goroutine takes this one's place (pubsubtest's GoexitRedelivers).
+func (s *chanSub) run(idx, attempt int, ev pubsub.Event) {
+	b := s.bus
+	err, returned := pubsub.ErrHandlerExited, false
+	defer func() {
 		b.mu.Lock()
 		s.settleLocked(idx, attempt, err)
 		b.mu.Unlock()
-	}
+		if !returned {
+			s.wg.Add(1) // before this goroutine's Done
+			go s.work()
+		}
+	}()
+	err = s.p.Handle(s.ctx, ev)
+	returned = true
 }
 
 // sleep waits for a change, the wake time (if any) or the end of the

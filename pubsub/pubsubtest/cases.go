@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -467,6 +468,65 @@ func (s *suite) panicRedelivers(t *testing.T) {
 	if fmt.Sprint(got) != "[panics#1 panics#2 next#1]" {
 		t.Errorf("deliveries %v, want [panics#1 panics#2 next#1]", got)
 	}
+}
+
+// A handler that ends its goroutine instead of returning (runtime.Goexit,
+// as testing's FailNow does when a handler calls it) nacks, as a panic
+// does: the event is redelivered (with the attempt counted), the
+// subscription keeps its Concurrency, and Flush and Unsubscribe return.
+func (s *suite) goexitRedelivers(t *testing.T) {
+	run := func(t *testing.T, opts ...pubsub.SubscribeOption) {
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("Concurrency%d", n), func(t *testing.T) {
+				ps := s.backend(t)
+				topic := topicFor(t)
+				rec := newRecorder()
+				// n "hold" events each wait until n handlers run at once:
+				// the subscription kept its Concurrency after the Goexits.
+				var holding atomic.Int32
+				together := make(chan struct{})
+				var apart atomic.Int32
+				s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+					switch {
+					case e.Type == "exits" && e.DeliveryAttempt < 3:
+						rec.add("m", e)
+						runtime.Goexit()
+					case e.Type == "hold":
+						if holding.Add(1) == int32(n) {
+							close(together)
+						}
+						select {
+						case <-together:
+						case <-time.After(s.c.Timeout):
+							apart.Add(1)
+						}
+					}
+					rec.add("m", e)
+					return nil
+				}, append(opts, pubsub.Concurrency(n))...)
+				s.publish(t, ps, topic, pubsub.Event{Type: "exits"})
+				rec.waitFor(t, s, "attempt 3 after two Goexits", func(ds []delivery) bool {
+					return len(ds) > 0 && ds[len(ds)-1].e.Type == "exits" && ds[len(ds)-1].e.DeliveryAttempt == 3
+				})
+				for range n {
+					s.publish(t, ps, topic, pubsub.Event{Type: "hold"})
+				}
+				s.flush(t, ps)
+				var got []string
+				for _, d := range rec.all() {
+					got = append(got, d.e.Type+"#"+strconv.Itoa(d.e.DeliveryAttempt))
+				}
+				want := "[exits#1 exits#2 exits#3" + strings.Repeat(" hold#1", n) + "]"
+				if fmt.Sprint(got) != want {
+					t.Errorf("deliveries %v, want %s", got, want)
+				}
+				if a := apart.Load(); a > 0 {
+					t.Errorf("%d of %d hold handlers never ran beside the others: the Goexits cost the subscription its Concurrency(%d)", a, n, n)
+				}
+			})
+		}
+	}
+	s.bothKinds(t, "Group", run)
 }
 
 // A group delivery not acked within AckDeadline goes to another live member:

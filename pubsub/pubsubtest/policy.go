@@ -3,6 +3,7 @@ package pubsubtest
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,40 @@ func (s *suite) panicDeadLetters(t *testing.T) {
 		checkDeadLetter(t, dead.waitN(t, s, 1)[0].e, "p1", 2, "deliberate panic p1")
 		s.publish(t, ps, topic, pubsub.Event{Type: "next"})
 		rec.waitType(t, s, "next")
+	})
+}
+
+// With MaxDeliveries(n), an event whose handler ends its goroutine
+// (runtime.Goexit) on every attempt is dead-lettered once it was delivered
+// n times, without a further call (Handle never returned from attempt n to
+// dead-letter it then), and the subscription goes on.
+func (s *suite) goexitDeadLetters(t *testing.T) {
+	s.bothKinds(t, "Group", func(t *testing.T, opts ...pubsub.SubscribeOption) {
+		ps := s.backend(t)
+		topic := topicFor(t)
+		dead := newRecorder()
+		s.subscribe(t, ps, pubsub.DeadLetterTopic(topic), dead.handler("dead"))
+		rec := newRecorder()
+		opts = append(opts, pubsub.MaxDeliveries(2), pubsub.RedeliveryDelay(time.Millisecond))
+		s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+			rec.add("m", e)
+			if e.Type == "exits" {
+				runtime.Goexit()
+			}
+			return nil
+		}, opts...)
+		s.publish(t, ps, topic, pubsub.Event{ID: "x1", Type: "exits"})
+		checkDeadLetter(t, dead.waitN(t, s, 1)[0].e, "x1", 2, "delivered 2 times without an ack")
+		s.publish(t, ps, topic, pubsub.Event{Type: "next"})
+		rec.waitType(t, s, "next")
+		s.flush(t, ps)
+		var got []string
+		for _, d := range rec.all() {
+			got = append(got, d.e.Type+"#"+strconv.Itoa(d.e.DeliveryAttempt))
+		}
+		if fmt.Sprint(got) != "[exits#1 exits#2 next#1]" {
+			t.Errorf("handler calls %v, want [exits#1 exits#2 next#1]", got)
+		}
 	})
 }
 

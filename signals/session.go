@@ -663,13 +663,32 @@ func (s *session) run(held *lease.Held, d delivery) bool {
 	return true
 }
 
-func callAgent(ctx context.Context, agent Agent, r *Run) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("signals: agent panicked: %v", p)
-		}
+// errAgentExited is the error of a run whose agent ended its goroutine
+// instead of returning.
+var errAgentExited = errors.New("signals: agent ended its goroutine (runtime.Goexit, as testing's FailNow does) instead of returning")
+
+// callAgent runs the agent for r and returns its error. A panic is
+// recovered as an error. The agent runs on a goroutine of its own, so that
+// one that ends its goroutine (runtime.Goexit) instead of returning ends
+// only that one: the run ends with errAgentExited, as it would with a
+// panic, where the session's goroutine would otherwise die holding the
+// thread (TestAgentGoexitEndsItsRun).
+func callAgent(ctx context.Context, agent Agent, r *Run) error {
+	done := make(chan error, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("signals: agent panicked: %v", p)
+			} else if !returned {
+				done <- errAgentExited
+			}
+		}()
+		err := agent(ctx, r)
+		returned = true
+		done <- err
 	}()
-	return agent(ctx, r)
+	return <-done
 }
 
 // inboxAckDeadline is the ack deadline of inbox subscriptions: a quarter of

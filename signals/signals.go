@@ -82,5 +82,8 @@ type Accepted struct {
 // and takes follow-ups with Run.Next. Its ctx ends when the run's lease is
 // lost (fail-closed) or the runtime is closed without waiting. An error
 // returned is reported to the observer and the logger; the signals the run
-// took still count as used.
+// took still count as used. A panic, and an agent that ends its goroutine
+// instead of returning (runtime.Goexit, as testing's FailNow does), end the
+// run the same way, with an error saying so: the agent runs on a goroutine
+// of its own.
 type Agent func(ctx context.Context, run *Run) error

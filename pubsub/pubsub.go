@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	// ErrClosed is returned by every call made after Close, and by a
-	// Subscription's methods after its backend closed.
+	// ErrClosed is returned by every call made after Close, and by
+	// Unsubscribe of a subscription that its backend's Close stopped.
 	ErrClosed = errors.New("pubsub: closed")
 
 	// ErrInvalid is wrapped by every error about bad input; the message names
@@ -109,7 +109,9 @@ type Subscription interface {
 	// whose handler failed as it stopped) go back to the group at once, each
 	// as its next attempt (see "Groups" in the package documentation). It is
 	// idempotent: once the subscription has stopped, every call returns
-	// what the first call that saw it stopped returned, whatever its ctx. A handler that calls Unsubscribe of its
+	// what the first call that saw it stopped returned, whatever its ctx;
+	// when the backend's Close stopped it first, that is ErrClosed. A
+	// handler that calls Unsubscribe of its
 	// own subscription must pass its own ctx (which Unsubscribe cancels, so
 	// the call returns ctx.Err() at once) or call it on another goroutine:
 	// with a ctx that does not end, the call waits for the handler making

@@ -112,6 +112,9 @@ type groupSub struct {
 	done   chan struct{}
 	once   sync.Once
 	err    error
+	// byClose: the Backend's Close stopped the subscription first. Set in
+	// once, read after done.
+	byClose bool
 }
 
 // groupMsg is one entry owned by this consumer. Its fields other than id
@@ -380,10 +383,11 @@ func (g *groupSub) nacked(id string) bool {
 // back the entries no handler started and those it nacked and was to
 // redeliver (cleanup), writes this consumer's acks and deletes the consumer
 // from the group when it has nothing pending.
-func (g *groupSub) Unsubscribe(ctx context.Context) error { return g.shutdown(ctx) }
+func (g *groupSub) Unsubscribe(ctx context.Context) error { return g.shutdown(ctx, false) }
 
-func (g *groupSub) shutdown(ctx context.Context) error {
+func (g *groupSub) shutdown(ctx context.Context, byClose bool) error {
 	g.once.Do(func() {
+		g.byClose = byClose
 		g.cancel()
 		go func() {
 			defer close(g.done)
@@ -394,15 +398,25 @@ func (g *groupSub) shutdown(ctx context.Context) error {
 	})
 	select {
 	case <-g.done:
-		return g.err
+		return g.result(byClose)
 	case <-ctx.Done():
 		select {
 		case <-g.done: // stopped already: the same answer whatever ctx
-			return g.err
+			return g.result(byClose)
 		default:
 			return ctx.Err()
 		}
 	}
+}
+
+// result is what a call that stopped g or waited for it to stop returns:
+// pubsub.ErrClosed to an Unsubscribe when the Backend's Close stopped g
+// first, else the cleanup's error.
+func (g *groupSub) result(byClose bool) error {
+	if g.byClose && !byClose {
+		return pubsub.ErrClosed
+	}
+	return g.err
 }
 
 // cleanup runs once every goroutine of the subscription has returned. After

@@ -81,7 +81,10 @@ type streamBus struct {
 // subscription is what close stops: a fan-out or a group subscription.
 type subscription interface {
 	pubsub.Subscription
-	shutdown(ctx context.Context) error
+	// shutdown stops the subscription and waits for it (or ctx); byClose
+	// says the Backend's Close calls it. An Unsubscribe of a subscription
+	// that Close stopped first returns pubsub.ErrClosed, as inmem's does.
+	shutdown(ctx context.Context, byClose bool) error
 	// streamKey returns the key of the subscribed stream.
 	streamKey() string
 	// caughtUp reports whether every entry up to id that this
@@ -136,7 +139,7 @@ func (s *streamBus) close(abort <-chan struct{}) (stragglers <-chan struct{}, er
 	var wg sync.WaitGroup
 	errs := make([]error, len(subs)+1)
 	for i, sub := range subs {
-		wg.Go(func() { errs[i] = sub.shutdown(context.Background()) })
+		wg.Go(func() { errs[i] = sub.shutdown(context.Background(), true) })
 	}
 	stopped := make(chan struct{})
 	go func() {

@@ -383,6 +383,9 @@ type fanSub struct {
 	wg     sync.WaitGroup
 	done   chan struct{}
 	once   sync.Once
+	// byClose: the Backend's Close stopped the subscription first. Set in
+	// once, read after done.
+	byClose bool
 }
 
 // testChannelFull, when set by a test, runs in the reader after a
@@ -571,10 +574,11 @@ func (s *streamBus) subscribeFanOut(ctx context.Context, p *pubsub.Policy, cfg p
 func (f *fanSub) Topic() string { return f.topic }
 
 // Unsubscribe stops deliveries and waits for running handlers (or ctx).
-func (f *fanSub) Unsubscribe(ctx context.Context) error { return f.shutdown(ctx) }
+func (f *fanSub) Unsubscribe(ctx context.Context) error { return f.shutdown(ctx, false) }
 
-func (f *fanSub) shutdown(ctx context.Context) error {
+func (f *fanSub) shutdown(ctx context.Context, byClose bool) error {
 	f.once.Do(func() {
+		f.byClose = byClose
 		r := f.r
 		r.mu.Lock()
 		st := f.st
@@ -601,15 +605,25 @@ func (f *fanSub) shutdown(ctx context.Context) error {
 	})
 	select {
 	case <-f.done:
-		return nil
+		return f.result(byClose)
 	case <-ctx.Done():
 		select {
 		case <-f.done: // stopped already: the same answer whatever ctx
-			return nil
+			return f.result(byClose)
 		default:
 			return ctx.Err()
 		}
 	}
+}
+
+// result is what a call that stopped f or waited for it to stop returns:
+// pubsub.ErrClosed to an Unsubscribe when the Backend's Close stopped f
+// first, else nil.
+func (f *fanSub) result(byClose bool) error {
+	if f.byClose && !byClose {
+		return pubsub.ErrClosed
+	}
+	return nil
 }
 
 // work is one handler goroutine; it returns when the subscription stops.

@@ -207,7 +207,7 @@ func (b *ChanBus) Close() error {
 	}
 	b.mu.Unlock()
 	for _, s := range subs {
-		s.stop()
+		s.stop(true)
 		<-s.done
 	}
 	close(b.closeDone)
@@ -227,32 +227,41 @@ type chanSub struct {
 	done   chan struct{} // closed when every goroutine of the subscription exited
 
 	stopped bool // guarded by bus.mu
+	byClose bool // Close stopped it first; guarded by bus.mu
 }
 
 // Topic returns the subscribed topic.
 func (s *chanSub) Topic() string { return s.topic }
 
-// Unsubscribe stops the subscription and waits for its handlers.
+// Unsubscribe stops the subscription and waits for its handlers. After
+// the bus's Close stopped it, it returns pubsub.ErrClosed, whatever ctx
+// (pubsubtest checks both).
 func (s *chanSub) Unsubscribe(ctx context.Context) error {
-	s.stop()
+	s.stop(false)
 	select {
 	case <-s.done:
-		return nil
 	case <-ctx.Done():
 		select {
-		case <-s.done: // stopped already: nil whatever ctx (pubsubtest checks it)
-			return nil
+		case <-s.done: // stopped already: the same answer whatever ctx
 		default:
 			return ctx.Err()
 		}
 	}
+	b := s.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s.byClose {
+		return pubsub.ErrClosed
+	}
+	return nil
 }
 
-func (s *chanSub) stop() {
+// stop ends the subscription; byClose says the bus's Close calls it.
+func (s *chanSub) stop(byClose bool) {
 	b := s.bus
 	b.mu.Lock()
 	if !s.stopped {
-		s.stopped = true
+		s.stopped, s.byClose = true, byClose
 		delete(b.subs, s)
 		// What it nacked and was waiting to redeliver goes back to the
 		// other members (or the next one) at once, as the next attempt.

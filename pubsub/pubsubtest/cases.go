@@ -931,8 +931,13 @@ func (s *suite) unsubscribeWaitsForHandlers(t *testing.T) {
 
 // Close cancels running handlers and waits for them; afterwards Publish,
 // Subscribe and Flush return ErrClosed, Close returns nil, and Unsubscribe
-// returns nil or ErrClosed without blocking.
+// of a subscription that Close stopped returns ErrClosed, whatever its ctx,
+// for a fan-out subscription and a group member alike.
 func (s *suite) closedReturnsErrClosed(t *testing.T) {
+	s.bothKinds(t, "Group", s.closedReturnsErrClosedKind)
+}
+
+func (s *suite) closedReturnsErrClosedKind(t *testing.T, opts ...pubsub.SubscribeOption) {
 	ps := s.backend(t)
 	topic := topicFor(t)
 	entered := make(chan struct{}, 1)
@@ -942,7 +947,7 @@ func (s *suite) closedReturnsErrClosed(t *testing.T) {
 		entered <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}, opts...)
 	s.publish(t, ps, topic, pubsub.Event{Type: "blocks"})
 	s.await(t, entered, "the handler to start")
 
@@ -974,8 +979,16 @@ func (s *suite) closedReturnsErrClosed(t *testing.T) {
 	if err := ps.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := sub.Unsubscribe(ctx); err != nil && !errors.Is(err, pubsub.ErrClosed) {
-		t.Errorf("Unsubscribe after Close: got %v, want nil or ErrClosed", err)
+	// Close stopped the subscription first: ErrClosed, whatever the ctx
+	// (pubsub.ErrClosed: "by a Subscription's methods after its backend
+	// closed").
+	if err := sub.Unsubscribe(ctx); !errors.Is(err, pubsub.ErrClosed) {
+		t.Errorf("Unsubscribe after Close: got %v, want ErrClosed", err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := sub.Unsubscribe(ended); !errors.Is(err, pubsub.ErrClosed) {
+		t.Errorf("Unsubscribe after Close with an ended ctx: got %v, want ErrClosed", err)
 	}
 }
 

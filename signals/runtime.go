@@ -112,8 +112,14 @@ type Runtime struct {
 	// seenSweepAt and endsSweepAt are the sizes at which seen and ends
 	// are next swept for old entries: noticeSeenMax, or twice what a
 	// sweep left, so that a map of young entries (a deep backlog, many
-	// threads) is not swept on every insert.
+	// threads) is not swept on every insert. seenSwept and endsSwept are
+	// when they were last swept: a table of noticeSeenMax entries or more
+	// is also swept by its first insert noticeSeenTTL after that, so that
+	// a burst's entries go once they are old although the table does not
+	// double again (review h59: a burst of 20,000 threads stayed through
+	// an hour of later ones).
 	seenSweepAt, endsSweepAt int
+	seenSwept, endsSwept     time.Time
 
 	// watching holds the threads one of this process's notice handlers
 	// watches (watch.go).
@@ -950,8 +956,9 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 // noticeSeen returns when this process first received the notice id (now,
 // the first time). The map forgets entries older than noticeSeenTTL when it
 // grows past noticeSeenMax (then past twice what the last sweep left, so
-// that sweeps cost O(1) per insert), so it stays bounded by what arrives
-// within noticeSeenTTL; a forgotten notice counts as first received now,
+// that sweeps cost O(1) per insert, or at its first insert noticeSeenTTL
+// after the last sweep), so it stays bounded by what arrives within
+// noticeSeenTTL; a forgotten notice counts as first received now,
 // which only delays its ack.
 func (rt *Runtime) noticeSeen(id, thread, signal string, now time.Time) time.Time {
 	rt.seenMu.Lock()
@@ -962,13 +969,13 @@ func (rt *Runtime) noticeSeen(id, thread, signal string, now time.Time) time.Tim
 	if rt.seen == nil {
 		rt.seen = make(map[string]seenNotice)
 	}
-	if len(rt.seen) >= max(rt.seenSweepAt, noticeSeenMax) {
+	if len(rt.seen) >= noticeSeenMax && (len(rt.seen) >= rt.seenSweepAt || now.Sub(rt.seenSwept) > noticeSeenTTL) {
 		for k, n := range rt.seen {
 			if now.Sub(n.first) > noticeSeenTTL {
 				delete(rt.seen, k)
 			}
 		}
-		rt.seenSweepAt = 2 * len(rt.seen)
+		rt.seenSweepAt, rt.seenSwept = 2*len(rt.seen), now
 	}
 	rt.seen[id] = seenNotice{first: now, thread: thread, signal: signal}
 	return now
@@ -990,7 +997,9 @@ const staleTenures = 10
 
 // noteTenureEnd records the end of a tenure of thread that started at
 // started. Like the seen map, the table forgets entries older than
-// noticeSeenTTL once it holds noticeSeenMax of them.
+// noticeSeenTTL once it holds noticeSeenMax of them, at an insert (one that
+// doubled it since the last sweep, or the first noticeSeenTTL after it):
+// a runtime that gets no new thread keeps what it has.
 func (rt *Runtime) noteTenureEnd(thread string, started time.Time, clean, drained bool) {
 	rt.noteTenureEndAt(thread, started, clean, drained, time.Now())
 }
@@ -1005,13 +1014,13 @@ func (rt *Runtime) noteTenureEndAt(thread string, started time.Time, clean, drai
 	if rt.ends == nil {
 		rt.ends = make(map[string]*tenureEnds)
 	}
-	if len(rt.ends) >= max(rt.endsSweepAt, noticeSeenMax) {
+	if len(rt.ends) >= noticeSeenMax && (len(rt.ends) >= rt.endsSweepAt || now.Sub(rt.endsSwept) > noticeSeenTTL) {
 		for k, e := range rt.ends {
 			if now.Sub(e.at) > noticeSeenTTL {
 				delete(rt.ends, k)
 			}
 		}
-		rt.endsSweepAt = 2 * len(rt.ends)
+		rt.endsSweepAt, rt.endsSwept = 2*len(rt.ends), now
 	}
 	e := rt.ends[thread]
 	if e == nil {

@@ -66,3 +66,75 @@ func TestReview59ThreadIDAnyBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestReview59ThreadIDAnyBytesAcrossProcesses: a thread whose id is not
+// UTF-8, held by one runtime: a Send from another is forwarded to its run,
+// and a Cancel from the other (with a reason that is not UTF-8 either)
+// reaches that run, whose cause names the thread and the reason.
+func TestReview59ThreadIDAnyBytesAcrossProcesses(t *testing.T) {
+	srv, _ := startRedis(t)
+	ctx := context.Background()
+	opts := redisstreams.Options{Prefix: "r59x"}
+	ba, err := redisstreams.NewURL(ctx, srv.URL(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ba.Close() })
+	bb, err := redisstreams.NewURL(ctx, srv.URL(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bb.Close() })
+	const thread, reason = "x\xff{y}", "stop\xfe"
+	got := make(chan string, 4)
+	causes := make(chan error, 1)
+	agent := func(ctx context.Context, run *signals.Run) error {
+		for _, s := range run.Signals {
+			got <- s.ID
+		}
+		for {
+			s, ok := run.Next(ctx)
+			if !ok {
+				if ctx.Err() != nil {
+					causes <- context.Cause(ctx)
+					<-ctx.Done()
+				}
+				return nil
+			}
+			got <- s.ID
+		}
+	}
+	rtA := newRuntime(t, ba, agent, signals.WithLinger(time.Minute), signals.WithNextWait(time.Minute))
+	rtB := newRuntime(t, bb, agent)
+	if acc, err := rtA.Send(ctx, thread, signals.Signal{ID: "a1", Type: "msg"}); err != nil || acc.Action != signals.Woke {
+		t.Fatalf("Send from A: %v, %v; want Woke", acc.Action, err)
+	}
+	if id := <-got; id != "a1" {
+		t.Fatalf("ran %q, want a1", id)
+	}
+	acc, err := rtB.Send(ctx, thread, signals.Signal{ID: "b1", Type: "msg"})
+	if err != nil || acc.Action != signals.Forwarded {
+		t.Fatalf("Send from B: %v, %v; want Forwarded", acc.Action, err)
+	}
+	select {
+	case id := <-got:
+		if id != "b1" {
+			t.Fatalf("ran %q, want b1", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("forwarded signal not run within 10s")
+	}
+	res, err := rtB.Cancel(ctx, thread, reason)
+	if err != nil || !res.Cancelled {
+		t.Fatalf("Cancel from B: %+v, %v; want Cancelled", res, err)
+	}
+	select {
+	case cause := <-causes:
+		var ce *signals.CancelError
+		if !errors.As(cause, &ce) || ce.Thread != thread || ce.Reason != reason {
+			t.Fatalf("run's cause %v, want a CancelError of thread %q, reason %q", cause, thread, reason)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run not cancelled within 10s")
+	}
+}

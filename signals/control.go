@@ -314,7 +314,7 @@ func (c *Controller) Cancel(ctx context.Context, thread, reason string, opts ...
 		// has a runtime read it when no tenure holds the thread, so that
 		// the inbox is drained and deleted rather than left behind.
 		mark := pubsub.Event{ID: newMarkID(time.Now()), Type: dropMarkType}
-		notice := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: mark.ID}}
+		notice := pubsub.Event{Type: WakeType, Metadata: noticeMeta(thread, mark.ID)}
 		if err := publishSignal(ctx, c.ps, thread, mark, notice); err != nil {
 			return CancelResult{}, fmt.Errorf("signals: cancel thread %q: drop mark: %w", thread, err)
 		}
@@ -397,7 +397,7 @@ func (c *Controller) ask(ctx context.Context, process, thread, reason, drop stri
 		c.mu.Unlock()
 	}()
 	ev := pubsub.Event{Type: cancelType, Metadata: map[string]string{
-		metaThread: thread, metaTo: process, metaFrom: c.id, metaReq: req, metaReason: reason, metaDrop: drop,
+		metaThread: metaName(thread), metaTo: metaName(process), metaFrom: metaName(c.id), metaReq: req, metaReason: metaName(reason), metaDrop: drop,
 	}}
 	if err := c.ps.Publish(ctx, ControlTopic, ev); err != nil {
 		return cancelAnswer{}, fmt.Errorf("%w: cancel thread %q: send to %s: %w", ErrUnreachable, thread, process, err)
@@ -512,25 +512,26 @@ func (c *Controller) onControl(_ context.Context, ev pubsub.Event) error {
 	md := ev.Metadata
 	switch ev.Type {
 	case cancelType:
-		if c.rt == nil || md[metaTo] != c.rt.cfg.process || md[metaThread] == "" {
+		thread := nameOf(md, metaThread)
+		if c.rt == nil || nameOf(md, metaTo) != c.rt.cfg.process || thread == "" {
 			return nil
 		}
-		cause := &CancelError{Thread: md[metaThread], Reason: md[metaReason]}
+		cause := &CancelError{Thread: thread, Reason: nameOf(md, metaReason)}
 		// The answer may come later, from the session's goroutine, which must
 		// not wait for its publish: it goes out from a goroutine of its own,
 		// which Close waits for.
 		c.replies.Add(1)
-		c.rt.cancelLocal(md[metaThread], cause, md[metaDrop], func(a cancelAnswer) {
+		c.rt.cancelLocal(thread, cause, md[metaDrop], func(a cancelAnswer) {
 			go func() {
 				defer c.replies.Done()
 				c.answer(md, a)
 			}()
 		})
 	case cancelReplyType:
-		if md[metaTo] != c.id {
+		if nameOf(md, metaTo) != c.id {
 			return nil
 		}
-		a := cancelAnswer{runID: md[metaRun]}
+		a := cancelAnswer{runID: nameOf(md, metaRun)}
 		switch md[metaOutcome] {
 		case "cancelled":
 			a.outcome = outcomeCancelled
@@ -562,7 +563,7 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 	}
 	ev := pubsub.Event{Type: cancelReplyType, Metadata: map[string]string{
 		metaTo: req[metaFrom], metaReq: req[metaReq], metaThread: req[metaThread],
-		metaOutcome: outcome, metaRun: a.runID, metaToken: fmt.Sprint(a.token),
+		metaOutcome: outcome, metaRun: metaName(a.runID), metaToken: fmt.Sprint(a.token),
 	}}
 	var (
 		ctx    context.Context
@@ -575,7 +576,7 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 	}
 	defer cancel()
 	if err := c.ps.Publish(ctx, ControlTopic, ev); err != nil && c.rt != nil {
-		c.rt.log.Warn("signals: answering a cancel request failed", "thread", req[metaThread], "err", err)
+		c.rt.log.Warn("signals: answering a cancel request failed", "thread", nameOf(req, metaThread), "err", err)
 	}
 }
 

@@ -324,7 +324,12 @@ func runOf(owner string) string {
 // second acquire: when its ctx ends during that one, Send returns "not
 // stored (retry it)" (TestShortSendToLateLease).
 //
-// Bad input returns an error wrapping ErrInvalid; after Close, ErrClosed.
+// Bad input returns an error wrapping ErrInvalid, also a signal the pubsub
+// refuses as bad input (then wrapping pubsub.ErrInvalid too: on
+// redisstreams, Metadata that is not UTF-8, or a signal over
+// Options.MaxEventSize); after Close, ErrClosed. Thread ids and signal IDs
+// may hold any bytes (review h59: one that was not UTF-8 failed on
+// redisstreams, where the wake notice's metadata is JSON; metaname.go).
 // Any other error means the signal may or may not run: retry with the same
 // signal ID, which is run once.
 func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepted, error) {
@@ -366,7 +371,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	}
 	// The notice's ID names this copy of the signal: the kicks of its
 	// news (this Send, the fan-out watch, the handler) are marked by it.
-	notice := pubsub.Event{ID: uuid.NewString(), Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+	notice := pubsub.Event{ID: uuid.NewString(), Type: WakeType, Metadata: noticeMeta(thread, sig.ID)}
 	var acc Accepted
 	switch {
 	case errors.Is(werr, ErrClosed):
@@ -387,7 +392,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		notice.Metadata[metaAction] = acc.Action.String()
 	}
 	if acc.Action == Forwarded && acc.Owner != "" {
-		notice.Metadata[metaOwner] = acc.Owner
+		notice.Metadata[metaOwner] = metaName(acc.Owner)
 	}
 	perr := rt.publishSignal(ctx, thread, ev, notice)
 	if s != nil {
@@ -402,6 +407,12 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		}
 	}
 	if perr != nil {
+		if errors.Is(perr, pubsub.ErrInvalid) {
+			// The pubsub refused the signal as it is (on redisstreams:
+			// Metadata that is not UTF-8, or an event over MaxEventSize):
+			// bad input, nothing was stored.
+			return Accepted{}, fmt.Errorf("%w: send %q to thread %q: %w", ErrInvalid, sig.ID, thread, perr)
+		}
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, perr)
 	}
 	if s != nil && rt.closingNow() {
@@ -411,7 +422,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// interval. A copy without an Action has one take it as soon as
 		// this process's tenure released it; the signal is stored, so
 		// another runtime runs it, as when Close came before the acquire.
-		plain := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: sig.ID}}
+		plain := pubsub.Event{Type: WakeType, Metadata: noticeMeta(thread, sig.ID)}
 		if err := rt.ps.Publish(ctx, WorkTopic, plain); err != nil {
 			rt.log.Warn("signals: wake notice of a Send during Close failed", "thread", thread, "signal", sig.ID, "err", err)
 		}
@@ -915,7 +926,7 @@ func (rt *Runtime) handBackNotices() error {
 	ctx, cancel := rt.teardownCtx()
 	defer cancel()
 	for _, n := range held {
-		cp := pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: n.thread, metaSignal: n.signal}}
+		cp := pubsub.Event{Type: WakeType, Metadata: noticeMeta(n.thread, n.signal)}
 		if err := rt.ps.Publish(ctx, WorkTopic, cp); err != nil {
 			errs = append(errs, fmt.Errorf("signals: hand back wake notice of %q on thread %q: %w", n.signal, n.thread, err))
 			if ctx.Err() != nil || errors.Is(err, pubsub.ErrClosed) {
@@ -936,7 +947,7 @@ func (rt *Runtime) handBackNotices() error {
 // process does not hold are ignored here (the WorkGroup handlers recover
 // those).
 func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
-	thread := ev.Metadata[metaThread]
+	thread := nameOf(ev.Metadata, metaThread)
 	if thread == "" {
 		return nil
 	}
@@ -946,7 +957,7 @@ func (rt *Runtime) onWatch(_ context.Context, ev pubsub.Event) error {
 	if s != nil {
 		s.kickFor(ev.ID, byWatch)
 	} else if rt.guLen.Load() > 0 {
-		if o := ev.Metadata[metaOwner]; o != "" {
+		if o := nameOf(ev.Metadata, metaOwner); o != "" {
 			rt.adoptLate(thread, o) // forwarded to a run of ours that never started (givenup.go)
 		}
 	}
@@ -1097,7 +1108,7 @@ const (
 // handleNotice is onNotice's work; an error (a nack) means the signal is
 // not known to be done.
 func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
-	thread, id := ev.Metadata[metaThread], ev.Metadata[metaSignal]
+	thread, id := nameOf(ev.Metadata, metaThread), nameOf(ev.Metadata, metaSignal)
 	if thread == "" || id == "" {
 		rt.log.Warn("signals: dropping malformed wake notice", "id", ev.ID)
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -39,10 +40,17 @@ const metaDeadStreamID = "leasebus.dead.stream_id"
 // errDecode is wrapped by every decode error.
 var errDecode = errors.New("redisstreams: undecodable stream entry")
 
+// minCreated and maxCreated bound the CreatedAt an entry can carry, in Unix
+// nanoseconds (1677-09-21 to 2262-04-11).
+var (
+	minCreated = time.Unix(0, math.MinInt64).UTC()
+	maxCreated = time.Unix(0, math.MaxInt64).UTC()
+)
+
 // encodeEvent returns the XADD field/value list of e and its size in bytes
 // (the sum of the lengths of names and values). Metadata must be valid UTF-8,
-// as it travels as JSON; anything else is an error wrapping
-// pubsub.ErrInvalid.
+// as it travels as JSON, and CreatedAt within minCreated and maxCreated;
+// anything else is an error wrapping pubsub.ErrInvalid.
 func encodeEvent(e pubsub.Event) ([]string, int, error) {
 	fields := make([]string, 0, 14)
 	fields = append(fields, fieldVersion, codecVersion, fieldID, e.ID, fieldType, e.Type)
@@ -65,6 +73,12 @@ func encodeEvent(e pubsub.Event) ([]string, int, error) {
 		fields = append(fields, fieldMeta, string(m))
 	}
 	if !e.CreatedAt.IsZero() {
+		if e.CreatedAt.Before(minCreated) || e.CreatedAt.After(maxCreated) {
+			// UnixNano is undefined there: it would come back as another
+			// time (review h59: 2300 as 1715).
+			return nil, 0, fmt.Errorf("%w: CreatedAt %v of event %q is outside %v to %v (Unix nanoseconds)",
+				pubsub.ErrInvalid, e.CreatedAt, e.ID, minCreated, maxCreated)
+		}
 		fields = append(fields, fieldCreated, strconv.FormatInt(e.CreatedAt.UnixNano(), 10))
 	}
 	size := 0

@@ -126,6 +126,7 @@ type Runtime struct {
 	watchMu      sync.Mutex
 	watching     map[string]*threadWatch
 	watchSweepAt int
+	watchSwept   time.Time // when watching was last swept
 
 	// tidy holds the threads whose tenure ended without deleting a
 	// drained inbox (the lease was lost, or the deletion failed), for

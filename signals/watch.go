@@ -33,8 +33,12 @@ import (
 //
 // An entry lives while a watcher handles a notice of its thread, and then
 // until it is swept (beyond watchSweepMin entries, those whose last check
-// is older than the recovery interval): the map holds the threads checked
-// within about a recovery interval, at most one active per handler slot.
+// is older than the recovery interval), by an insert that doubled the map
+// since the last sweep or the first one a recovery interval after it
+// (review h59: before, only the doubling one, so a burst's entries and
+// their done records stayed while fewer new threads came): the map holds
+// the threads checked within about a recovery interval, at most one active
+// per handler slot, as long as new threads come.
 type threadWatch struct {
 	active  bool      // a handler watches the thread now
 	rec     string    // the thread's done record as a watcher last read it
@@ -76,13 +80,13 @@ func (rt *Runtime) watchThread(thread string, retry bool, now time.Time) bool {
 		if rt.watching == nil {
 			rt.watching = make(map[string]*threadWatch)
 		}
-		if len(rt.watching) >= max(rt.watchSweepAt, watchSweepMin) {
+		if len(rt.watching) >= watchSweepMin && (len(rt.watching) >= rt.watchSweepAt || now.Sub(rt.watchSwept) > rt.cfg.recovery) {
 			for k, e := range rt.watching {
 				if !e.active && now.Sub(e.checked) > rt.cfg.recovery {
 					delete(rt.watching, k)
 				}
 			}
-			rt.watchSweepAt = 2 * len(rt.watching)
+			rt.watchSweepAt, rt.watchSwept = 2*len(rt.watching), now
 		}
 		w = &threadWatch{}
 		rt.watching[thread] = w

@@ -3,6 +3,7 @@ package signals_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,7 @@ func TestReview59ThreadIDAnyBytes(t *testing.T) {
 		{"thread NUL and braces", "t\x00{x}:y", "s2", nil},
 		{"signal ID not UTF-8", "t-ok", "s\xff3", nil},
 		{"signal metadata not UTF-8", "t-ok2", "s4", map[string]string{"k": "v\xff"}},
+		{"thread 16 KiB", strings.Repeat("{:}\xff", 4<<10), "s5", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := rt.Send(ctx, tc.thread, signals.Signal{ID: tc.id, Type: "msg", Metadata: tc.md})

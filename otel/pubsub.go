@@ -167,8 +167,9 @@ func (b *bus) Close() error { return b.inner.Close() }
 // yourself for a backend you do not wrap). The span "process <topic>" has
 // the trace context found in Event.Metadata as its parent, so it belongs to
 // the trace of the Publish; the handler's ctx carries the span. A handler
-// that returns an error or panics counts as nacked (a panic is passed on
-// to the backend, which recovers it); one whose failure is its
+// that returns an error, panics or ends its goroutine (runtime.Goexit)
+// counts as nacked (a panic is passed on to the backend, which recovers
+// it); one whose failure is its
 // MaxDeliveries-th attempt counts as dead-lettered too.
 func (in *Instrumentation) Handler(topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) pubsub.Handler {
 	cfg, _ := pubsub.ApplyOptions(opts...) // a bad option fails Subscribe itself
@@ -202,13 +203,20 @@ func (in *Instrumentation) Handler(topic string, h pubsub.Handler, opts ...pubsu
 			}
 			span.End()
 		}
+		returned := false
 		defer func() {
 			if r := recover(); r != nil {
 				failed(fmt.Errorf("panic: %v", r))
 				panic(r)
 			}
+			if !returned {
+				// The handler ended its goroutine (runtime.Goexit): the
+				// backend nacks it (pubsub.ErrHandlerExited).
+				failed(pubsub.ErrHandlerExited)
+			}
 		}()
 		err = h(ctx, e)
+		returned = true
 		if err != nil {
 			failed(err)
 			return err

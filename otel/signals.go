@@ -3,6 +3,7 @@ package leasebusotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"time"
@@ -69,7 +70,9 @@ func (in *Instrumentation) Send(ctx context.Context, rt *signals.Runtime, thread
 // links, and each follow-up given by Run.Next becomes a link and an event
 // when the runtime also has Observer. The agent's ctx carries the span.
 // leasebus.signals.run.duration is recorded by outcome: ok, error,
-// cancelled (the run's context ended first).
+// cancelled (the run's context ended first). An agent that panics (the
+// panic is passed on: signals recovers it) or ends its goroutine
+// (runtime.Goexit) ends its span with an error too.
 //
 // A nil agent gives nil, which signals.New rejects with its own ErrInvalid.
 func (in *Instrumentation) Agent(agent signals.Agent) signals.Agent {
@@ -98,7 +101,30 @@ func (in *Instrumentation) Agent(agent signals.Agent) signals.Agent {
 		in.runs[run.ID] = span
 		in.mu.Unlock()
 		start := time.Now()
+		returned := false
+		defer func() {
+			if returned {
+				return
+			}
+			// The agent panicked (passed on: signals recovers it) or
+			// ended its goroutine (runtime.Goexit): signals ends the run
+			// with an error, so the span and the metrics do too.
+			r := recover()
+			err := errors.New("agent ended its goroutine (runtime.Goexit)")
+			if r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+			outcome := "error"
+			if ctx.Err() != nil {
+				outcome = "cancelled"
+			}
+			in.finishRun(ctx, run.ID, span, start, err, outcome)
+			if r != nil {
+				panic(r)
+			}
+		}()
 		err := agent(rctx, run)
+		returned = true
 		outcome := "ok"
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -106,13 +132,19 @@ func (in *Instrumentation) Agent(agent signals.Agent) signals.Agent {
 		case err != nil:
 			outcome = "error"
 		}
-		in.m.runDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrOutcome.String(outcome)))
-		in.mu.Lock()
-		delete(in.runs, run.ID)
-		in.mu.Unlock()
-		end(span, err, attrOutcome.String(outcome))
+		in.finishRun(ctx, run.ID, span, start, err, outcome)
 		return err
 	}
+}
+
+// finishRun records the run's duration by outcome, forgets its span and
+// ends it with err.
+func (in *Instrumentation) finishRun(ctx context.Context, id string, span trace.Span, start time.Time, err error, outcome string) {
+	in.m.runDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrOutcome.String(outcome)))
+	in.mu.Lock()
+	delete(in.runs, id)
+	in.mu.Unlock()
+	end(span, err, attrOutcome.String(outcome))
 }
 
 // Observer returns a signals observer (signals.WithObserver) that records

@@ -641,6 +641,14 @@ func (f *fanSub) loop() {
 			return
 		case m = <-f.ch:
 		}
+		if f.ctx.Err() != nil {
+			// Stopped as it took m (select picks either when both are
+			// ready): Unsubscribe stopped deliveries, so m is dropped with
+			// the subscription, unstarted, as the group members and inmem
+			// do (TestReviewH60FanOutStartsNothingAfterUnsubscribe).
+			f.busy.Add(-1)
+			return
+		}
 		if f.full.Load() && len(f.ch) <= cap(f.ch)/2 && f.full.CompareAndSwap(true, false) {
 			f.r.wake()
 		}

@@ -151,4 +151,3 @@ func TestReviewH60GoexitStorm(t *testing.T) {
 		}
 	}
 }
-

@@ -980,8 +980,8 @@ func (s *suite) closedReturnsErrClosedKind(t *testing.T, opts ...pubsub.Subscrib
 		t.Errorf("second Close: %v", err)
 	}
 	// Close stopped the subscription first: ErrClosed, whatever the ctx
-	// (pubsub.ErrClosed: "by a Subscription's methods after its backend
-	// closed").
+	// (pubsub.ErrClosed: "by Unsubscribe of a subscription that its
+	// backend's Close stopped").
 	if err := sub.Unsubscribe(ctx); !errors.Is(err, pubsub.ErrClosed) {
 		t.Errorf("Unsubscribe after Close: got %v, want ErrClosed", err)
 	}

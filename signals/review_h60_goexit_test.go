@@ -122,3 +122,55 @@ func TestReviewH60AgentExitAsCloseGivesUp(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// TestReviewH60AgentExitAfterLeaseLost: an agent that ends its goroutine
+// (or panics) once its lease was revoked leaves its signal unfinished, as
+// one returning ctx.Err() does: the next run gets it again, marked
+// redelivered (review h60).
+func TestReviewH60AgentExitAfterLeaseLost(t *testing.T) {
+	for _, mode := range []string{"Return", "Goexit", "Panic"} {
+		t.Run(mode, func(t *testing.T) {
+			b := newBackend(t)
+			started := make(chan struct{}, 1)
+			type got struct {
+				id          string
+				redelivered bool
+			}
+			runs := make(chan got, 10)
+			var first sync.Once
+			rt := newRuntime(t, b, func(ctx context.Context, run *signals.Run) error {
+				runs <- got{run.Signals[0].ID, run.Redelivered[0]}
+				isFirst := false
+				first.Do(func() { isFirst = true })
+				if !isFirst {
+					return nil
+				}
+				started <- struct{}{}
+				<-ctx.Done()
+				switch mode {
+				case "Goexit":
+					runtime.Goexit()
+				case "Panic":
+					panic("lost")
+				}
+				return ctx.Err()
+			})
+			if _, err := rt.Send(t.Context(), "t", sig("a")); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			<-runs
+			if err := b.RevokeLease(t.Context(), signals.LeaseKey("t"), "review h60"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case g := <-runs:
+				if g.id != "a" || !g.redelivered {
+					t.Errorf("next run got %s (redelivered %v), want a redelivered", g.id, g.redelivered)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("signal a never ran again after its run lost the lease")
+			}
+		})
+	}
+}

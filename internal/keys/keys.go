@@ -25,13 +25,17 @@ func Escape(name string) string {
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; c {
 		case '%', '{', '}':
-			fmt.Fprintf(&b, "%%%02X", c)
+			b.WriteByte('%')
+			b.WriteByte(upperHex[c>>4])
+			b.WriteByte(upperHex[c&15])
 		default:
 			b.WriteByte(c)
 		}
 	}
 	return b.String()
 }
+
+const upperHex = "0123456789ABCDEF"
 
 // ErrMalformed is returned by Unescape for text that Escape cannot produce.
 var ErrMalformed = errors.New("keys: malformed escaped name")

@@ -126,7 +126,7 @@ func (m *instruments) init(meter metric.Meter) error {
 	m.redelivered = counter("leasebus.events.redelivered", "{delivery}", "Deliveries with DeliveryAttempt above 1.")
 	m.acked = counter("leasebus.events.acked", "{delivery}", "Deliveries whose handler returned nil.")
 	m.nacked = counter("leasebus.events.nacked", "{delivery}", "Deliveries whose handler returned an error or panicked.")
-	m.deadLettered = counter("leasebus.events.dead_lettered", "{event}", "Events whose failed attempt was their MaxDeliveries-th: the backend moves them to <topic>.dead.")
+	m.deadLettered = counter("leasebus.events.dead_lettered", "{event}", "Events whose failed attempt was their MaxDeliveries-th, their subscription not stopping: the backend moves them to <topic>.dead.")
 	m.publishDuration = hist("leasebus.events.publish.duration", "Time Publish took, until the backend stored the event.")
 	m.acquires = counter("leasebus.lease.acquires", "{call}", "AcquireLease calls by result: won, lost, error.")
 	m.renewals = counter("leasebus.lease.renewals", "{lease}", "Lease renewals by result: renewed, refused, error (a batch counts each lease).")

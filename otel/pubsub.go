@@ -169,8 +169,9 @@ func (b *bus) Close() error { return b.inner.Close() }
 // the trace of the Publish; the handler's ctx carries the span. A handler
 // that returns an error, panics or ends its goroutine (runtime.Goexit)
 // counts as nacked (a panic is passed on to the backend, which recovers
-// it); one whose failure is its
-// MaxDeliveries-th attempt counts as dead-lettered too.
+// it); one whose failure is its MaxDeliveries-th attempt counts as
+// dead-lettered too, unless its ctx had ended (the subscription stopping:
+// the backend hands the event back instead).
 func (in *Instrumentation) Handler(topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) pubsub.Handler {
 	cfg, _ := pubsub.ApplyOptions(opts...) // a bad option fails Subscribe itself
 	mt := in.topicName(topic)

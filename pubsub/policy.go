@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -136,14 +137,20 @@ func call(ctx context.Context, h Handler, e Event) (err error) {
 // DeadLetter returns the dead letter of e, which failed on topic after
 // attempts attempts, the last one with reason: a copy of e with
 // DeliveryAttempt 0 and, besides its own metadata (copied), MetaDeadTopic,
-// MetaDeadReason and MetaDeadAttempts. Data is shared with e.
+// MetaDeadReason and MetaDeadAttempts. Data is shared with e. Metadata must
+// be valid UTF-8 (ValidateEvent), while a topic and an error may hold any
+// bytes: each byte sequence that is not valid UTF-8, in the metadata and
+// in topic and reason, becomes U+FFFD, so that the dead letter can be
+// published (pubsubtest's DeadLetterOfAnyTopic).
 func DeadLetter(e Event, topic, reason string, attempts int) Event {
 	d := e
 	d.DeliveryAttempt = 0
 	d.Metadata = make(map[string]string, len(e.Metadata)+3)
-	maps.Copy(d.Metadata, e.Metadata)
-	d.Metadata[MetaDeadTopic] = topic
-	d.Metadata[MetaDeadReason] = reason
+	for k, v := range e.Metadata {
+		d.Metadata[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	d.Metadata[MetaDeadTopic] = strings.ToValidUTF8(topic, "\uFFFD")
+	d.Metadata[MetaDeadReason] = strings.ToValidUTF8(reason, "\uFFFD")
 	d.Metadata[MetaDeadAttempts] = strconv.Itoa(attempts)
 	return d
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -40,9 +42,12 @@ type Event struct {
 	RunID string
 	// Data is the payload; it may be nil. It is carried as opaque bytes.
 	Data json.RawMessage
-	// Metadata carries headers such as trace context. It may be nil.
+	// Metadata carries headers such as trace context. It may be nil. Its
+	// keys and values must be valid UTF-8 (ValidateEvent).
 	Metadata map[string]string
-	// CreatedAt is set to time.Now() by Publish when it is zero.
+	// CreatedAt is set to time.Now() by Publish when it is zero. It must
+	// lie within the range of Unix nanoseconds, 1677 to 2262
+	// (ValidateEvent).
 	CreatedAt time.Time
 	// DeliveryAttempt is set by the backend on delivery: 1 on the first
 	// delivery, one more on each redelivery. It is ignored by Publish.
@@ -143,13 +148,33 @@ func ValidateTopic(topic string) error {
 }
 
 // ValidateEvent returns an error wrapping ErrInvalid when e cannot be
-// published: an empty Type.
+// published: an empty Type, Metadata that is not valid UTF-8 (keys or
+// values: metadata travels as text, as JSON on redisstreams), or a
+// CreatedAt outside the range of Unix nanoseconds (years 1677 to 2262;
+// zero is fine, Publish sets it). Every backend refuses the same events
+// (pubsubtest's InvalidInput); before, inmem kept what redisstreams
+// refused (review h59).
 func ValidateEvent(e Event) error {
 	if e.Type == "" {
 		return fmt.Errorf("%w: event type is empty (event id %q)", ErrInvalid, e.ID)
 	}
+	for k, v := range e.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("%w: metadata %q=%q is not valid UTF-8 (event id %q)", ErrInvalid, k, v, e.ID)
+		}
+	}
+	if !e.CreatedAt.IsZero() && (e.CreatedAt.Before(minCreatedAt) || e.CreatedAt.After(maxCreatedAt)) {
+		return fmt.Errorf("%w: CreatedAt %v of event %q is outside %v to %v (Unix nanoseconds)",
+			ErrInvalid, e.CreatedAt, e.ID, minCreatedAt, maxCreatedAt)
+	}
 	return nil
 }
+
+// The range of CreatedAt: the times Unix nanoseconds can hold.
+var (
+	minCreatedAt = time.Unix(0, math.MinInt64).UTC()
+	maxCreatedAt = time.Unix(0, math.MaxInt64).UTC()
+)
 
 // PrepareEvent validates e for publishing and fills in what Publish
 // assigns: a random UUID as ID when empty and time.Now() as CreatedAt when

@@ -27,7 +27,9 @@ type Signal struct {
 	Type string
 	// Data is the payload; it may be nil.
 	Data json.RawMessage
-	// Metadata carries headers such as trace context; it may be nil.
+	// Metadata carries headers such as trace context; it may be nil. Its
+	// keys and values must be valid UTF-8 (pubsub.ValidateEvent): Send
+	// returns an error wrapping ErrInvalid otherwise.
 	Metadata map[string]string
 	// Redelivered is set on delivery when the signal was given to an earlier
 	// run that did not finish with it (its owner died or lost its lease).

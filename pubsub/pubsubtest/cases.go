@@ -155,6 +155,18 @@ func (s *suite) invalidInput(t *testing.T) {
 	}{
 		{"PublishEmptyTopic", "topic", func() error { return ps.Publish(s.ctx(t), "", pubsub.Event{Type: "x"}) }},
 		{"PublishEmptyType", "type", func() error { return ps.Publish(s.ctx(t), topic, pubsub.Event{ID: "e1"}) }},
+		{"PublishMetadataNotUTF8", "metadata", func() error {
+			return ps.Publish(s.ctx(t), topic, pubsub.Event{Type: "x", Metadata: map[string]string{"k": "\xff"}})
+		}},
+		{"PublishMetadataKeyNotUTF8", "metadata", func() error {
+			return ps.Publish(s.ctx(t), topic, pubsub.Event{Type: "x", Metadata: map[string]string{"\xfe": "v"}})
+		}},
+		{"PublishCreatedAtTooLate", "createdat", func() error {
+			return ps.Publish(s.ctx(t), topic, pubsub.Event{Type: "x", CreatedAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)})
+		}},
+		{"PublishCreatedAtTooEarly", "createdat", func() error {
+			return ps.Publish(s.ctx(t), topic, pubsub.Event{Type: "x", CreatedAt: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)})
+		}},
 		{"SubscribeEmptyTopic", "topic", sub("", ok)},
 		{"SubscribeNilHandler", "handler", sub(topic, nil)},
 		{"ConcurrencyZero", "concurrency", sub(topic, ok, pubsub.Concurrency(0))},

@@ -2,11 +2,13 @@ package pubsubtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,6 +65,41 @@ func (s *suite) panicDeadLetters(t *testing.T) {
 		checkDeadLetter(t, dead.waitN(t, s, 1)[0].e, "p1", 2, "deliberate panic p1")
 		s.publish(t, ps, topic, pubsub.Event{Type: "next"})
 		rec.waitType(t, s, "next")
+	})
+}
+
+// A topic may hold any bytes, and so may a handler's error: an event of a
+// topic that is not valid UTF-8 whose handler failed with an error that is
+// not either is dead-lettered once, with MetaDeadTopic and MetaDeadReason
+// holding the topic and the error with each invalid byte sequence replaced
+// by U+FFFD (pubsub.DeadLetter), so that the dead letter is an
+// event every backend accepts (event metadata must be valid UTF-8:
+// pubsub.ValidateEvent).
+func (s *suite) deadLetterOfAnyTopic(t *testing.T) {
+	s.bothKinds(t, "Group", func(t *testing.T, opts ...pubsub.SubscribeOption) {
+		ps := s.backend(t)
+		topic := topicFor(t) + "\xff\xfe{x}"
+		dead := newRecorder()
+		s.subscribe(t, ps, pubsub.DeadLetterTopic(topic), dead.handler("dead"))
+		var calls atomic.Int32
+		opts = append(opts, pubsub.MaxDeliveries(1), pubsub.RedeliveryDelay(time.Millisecond))
+		s.subscribe(t, ps, topic, func(_ context.Context, e pubsub.Event) error {
+			calls.Add(1)
+			return errors.New("bad \xff bytes")
+		}, opts...)
+		s.publish(t, ps, topic, pubsub.Event{ID: "b1", Type: "fails"})
+		d := dead.waitN(t, s, 1)[0].e
+		if got, want := d.Metadata[pubsub.MetaDeadTopic], strings.ToValidUTF8(topic, "\uFFFD"); got != want {
+			t.Errorf("%s = %q, want %q", pubsub.MetaDeadTopic, got, want)
+		}
+		if got, want := d.Metadata[pubsub.MetaDeadReason], "bad \uFFFD bytes"; got != want {
+			t.Errorf("%s = %q, want %q", pubsub.MetaDeadReason, got, want)
+		}
+		checkDeadLetter(t, d, "b1", 1, "bad")
+		s.flush(t, ps)
+		if n := calls.Load(); n != 1 {
+			t.Errorf("handler called %d times, want 1", n)
+		}
 	})
 }
 

@@ -110,6 +110,7 @@ func Run(t *testing.T, c Config) {
 		{"MaxDeliveriesDeadLetters", none, s.maxDeliveriesDeadLetters},
 		{"PanicDeadLetters", none, s.panicDeadLetters},
 		{"GoexitDeadLetters", none, s.goexitDeadLetters},
+		{"DeadLetterOfAnyTopic", none, s.deadLetterOfAnyTopic},
 		{"MaxDeliveriesCountsUnackedDeliveries", deadline, s.maxDeliveriesCountsUnacked},
 		{"RedeliveryDelayPaces", none, s.redeliveryDelayPaces},
 		{"RedeliveryDelayZero", none, s.redeliveryDelayZero},

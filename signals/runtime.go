@@ -345,6 +345,11 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// would count as a mark in the done record.
 		return Accepted{}, fmt.Errorf("%w: signal type %q is reserved (thread %q)", ErrInvalid, sig.Type, thread)
 	}
+	if err := pubsub.ValidateEvent(pubsub.Event{ID: sig.ID, Type: sig.Type, Metadata: sig.Metadata}); err != nil {
+		// Before the acquire: a signal no pubsub stores starts no tenure
+		// (TestSendBadMetadataStartsNoTenure).
+		return Accepted{}, fmt.Errorf("%w: send %q to thread %q: %w", ErrInvalid, sig.ID, thread, err)
+	}
 	if rt.isClosed() {
 		return Accepted{}, ErrClosed
 	}

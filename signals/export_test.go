@@ -35,7 +35,7 @@ func WithHooks(h Hooks) Option {
 // WakeNotice returns the wake notice Send publishes for signal id of thread
 // (without its Action), for tests that replay one.
 func WakeNotice(thread, id string) pubsub.Event {
-	return pubsub.Event{Type: WakeType, Metadata: map[string]string{metaThread: thread, metaSignal: id}}
+	return pubsub.Event{Type: WakeType, Metadata: noticeMeta(thread, id)}
 }
 
 // LapseEntries returns how many threads rt's lapse watch (lapse.go) holds.
@@ -58,3 +58,7 @@ func RecordKey(thread string) string { return recordKey(thread) }
 
 // RecordHas reports whether the done record rec holds signal id.
 func RecordHas(rec, id string) bool { return recordHas(rec, id) }
+
+// TidyLater has the runtime tidy thread's inbox later, as a tenure whose
+// drained inbox could not be deleted does.
+func (rt *Runtime) TidyLater(thread string) { rt.tidyLater(thread) }

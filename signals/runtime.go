@@ -1413,7 +1413,16 @@ func (rt *Runtime) tidyOne(thread string, now time.Time) {
 	if !local {
 		// Bounded by Close giving up too (hardCtx): Close waits for it.
 		ctx, cancel := context.WithTimeout(rt.hardCtx, rt.cfg.ttl)
-		_, err := rt.dd.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+		gone, err := rt.dd.DeleteTopicIfDrained(ctx, InboxTopic(thread), InboxGroup)
+		if err == nil && !gone {
+			// Not drained: a signal waits in the inbox, perhaps one that
+			// no notice will bring a tenure to (stored by a Send whose
+			// notice failed, or lost with a master that failed over,
+			// while this tenure's deletion failed): take the thread if it
+			// is free, as a releasing tenure does
+			// (TestTidyWakesAnInboxLeftUnread).
+			rt.wakeIfWaiting(ctx, thread)
+		}
 		cancel()
 		if err != nil {
 			rt.tidyMu.Lock()

@@ -210,6 +210,16 @@ func (rt *Runtime) afterRelease(thread string) {
 		// Not deleted: something waits, or the inbox is kept for another
 		// reason (another group on it, say), which the backlog tells.
 	}
+	rt.wakeIfWaiting(ctx, thread)
+}
+
+// wakeIfWaiting takes thread, if it is free, and has the new tenure read
+// its inbox when the backlog says a signal waits there (or, without
+// pubsub.BacklogReader, when the inbox could not be deleted as drained).
+func (rt *Runtime) wakeIfWaiting(ctx context.Context, thread string) {
+	if rt.closingNow() {
+		return
+	}
 	if rt.br == nil {
 		if rt.dd == nil {
 			return

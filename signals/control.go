@@ -396,9 +396,11 @@ func (c *Controller) ask(ctx context.Context, process, thread, reason, drop stri
 		delete(c.waiting, req)
 		c.mu.Unlock()
 	}()
-	ev := pubsub.Event{Type: cancelType, Metadata: map[string]string{
-		metaThread: metaName(thread), metaTo: metaName(process), metaFrom: metaName(c.id), metaReq: req, metaReason: metaName(reason), metaDrop: drop,
-	}}
+	ev := pubsub.Event{Type: cancelType, Metadata: map[string]string{metaReq: req, metaDrop: drop}}
+	putName(ev.Metadata, metaThread, thread)
+	putName(ev.Metadata, metaTo, process)
+	putName(ev.Metadata, metaFrom, c.id)
+	putName(ev.Metadata, metaReason, reason)
 	if err := c.ps.Publish(ctx, ControlTopic, ev); err != nil {
 		return cancelAnswer{}, fmt.Errorf("%w: cancel thread %q: send to %s: %w", ErrUnreachable, thread, process, err)
 	}
@@ -562,9 +564,11 @@ func (c *Controller) answer(req map[string]string, a cancelAnswer) {
 		outcome = "no-run"
 	}
 	ev := pubsub.Event{Type: cancelReplyType, Metadata: map[string]string{
-		metaTo: req[metaFrom], metaReq: req[metaReq], metaThread: req[metaThread],
-		metaOutcome: outcome, metaRun: metaName(a.runID), metaToken: fmt.Sprint(a.token),
+		metaReq: req[metaReq], metaOutcome: outcome, metaToken: fmt.Sprint(a.token),
 	}}
+	putName(ev.Metadata, metaTo, nameOf(req, metaFrom))
+	copyName(ev.Metadata, req, metaThread)
+	putName(ev.Metadata, metaRun, a.runID)
 	var (
 		ctx    context.Context
 		cancel context.CancelFunc

@@ -14,7 +14,7 @@ import (
 // and signal ID in wake notice metadata as itself; a valid UTF-8 thread id
 // that happens to start with metaBytesMark (DESIGN: thread ids may hold any
 // bytes) worked across such processes. Here an old process stored a signal
-// of thread metaBytesMark+"YWJj" and handed back its notice as it always
+// of thread "\x00b64:YWJj" and handed back its notice as it always
 // did (handBackNotices, or the plain notice of a Send during Close: no
 // Action), with the name as itself. A new runtime takes the notice: it must
 // run the signal on that thread. nameOf decodes "YWJj" and works on thread
@@ -24,7 +24,7 @@ import (
 func TestReviewH61MarkPrefixedThreadFromOldProcess(t *testing.T) {
 	b := inmem.New()
 	t.Cleanup(func() { b.Close() })
-	thread := metaBytesMark + "YWJj" // valid UTF-8; "YWJj" is base64 of "abc"
+	thread := "\x00b64:YWJj" // valid UTF-8; "YWJj" is base64 of "abc"
 	got := make(chan string, 8)
 	agent := func(ctx context.Context, run *Run) error {
 		for _, s := range run.Signals {

@@ -398,7 +398,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		notice.Metadata[metaAction] = acc.Action.String()
 	}
 	if acc.Action == Forwarded && acc.Owner != "" {
-		notice.Metadata[metaOwner] = metaName(acc.Owner)
+		putName(notice.Metadata, metaOwner, acc.Owner)
 	}
 	perr := rt.publishSignal(ctx, thread, ev, notice)
 	if s != nil {
@@ -812,8 +812,9 @@ func (rt *Runtime) onNotice(ctx context.Context, ev pubsub.Event) error {
 		// Closing: hand the notice to the live runtimes at once (a copy
 		// they can take now, then the ack of this one) rather than leave it
 		// pending here until its ack deadline.
-		cp := pubsub.Event{Type: WakeType, Metadata: map[string]string{
-			metaThread: ev.Metadata[metaThread], metaSignal: ev.Metadata[metaSignal]}}
+		cp := pubsub.Event{Type: WakeType, Metadata: make(map[string]string, 2)}
+		copyName(cp.Metadata, ev.Metadata, metaThread)
+		copyName(cp.Metadata, ev.Metadata, metaSignal)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ttl)
 		defer cancel()
 		if perr := rt.ps.Publish(pctx, WorkTopic, cp); perr == nil {

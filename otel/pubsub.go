@@ -170,8 +170,11 @@ func (b *bus) Close() error { return b.inner.Close() }
 // that returns an error, panics or ends its goroutine (runtime.Goexit)
 // counts as nacked (a panic is passed on to the backend, which recovers
 // it); one whose failure is its MaxDeliveries-th attempt counts as
-// dead-lettered too, unless its ctx had ended (the subscription stopping:
-// the backend hands the event back instead).
+// dead-lettered too, unless its ctx had ended when it returned (the
+// subscription stopping: the backend hands the event back instead). A stop
+// that comes between the handler's return and the policy's own look at the
+// ctx can still leave one such failure counted as dead-lettered (review
+// h61: the wrapper cannot see what the policy decides).
 func (in *Instrumentation) Handler(topic string, h pubsub.Handler, opts ...pubsub.SubscribeOption) pubsub.Handler {
 	cfg, _ := pubsub.ApplyOptions(opts...) // a bad option fails Subscribe itself
 	mt := in.topicName(topic)

@@ -39,7 +39,8 @@ type BatchPublisher interface {
 	// GroupPublisher.PublishFor when its Group is set), in the order
 	// given: no event is stored before the ones ahead of it in ps. Every
 	// publication is checked before any is sent: an invalid one (an empty
-	// topic or event type, an event too large) returns an error wrapping
+	// topic or event type, Metadata that is not valid UTF-8, a CreatedAt
+	// out of range: ValidateEvent; an event too large) returns an error wrapping
 	// ErrInvalid naming its index, and nothing is published; an empty ps
 	// publishes nothing and returns nil. When sending fails, the events
 	// before the failed one may be stored, and on Redis, which runs a

@@ -460,7 +460,8 @@
 // the runtime tries again, at once and then with a backoff from the recovery
 // interval up to a minute while the server does not answer, deleting the
 // inbox only if nothing in it is unread or pending, until it did or another
-// tenure uses it, and once more as Close ends: TestFootprintAfterRedisStall,
+// tenure uses it (when a signal waits there, it takes the free thread and
+// runs it: TestTidyWakesAnInboxLeftUnread), and once more as Close ends: TestFootprintAfterRedisStall,
 // a 4s SIGSTOP of the server while 20 tenures linger); its done record, for the dedupe
 // window; and, on redisstreams, the lease state records for
 // Options.LeaseStatusWindow and the fencing counters for Options.FenceIdle

@@ -155,8 +155,8 @@
 //     the live processes: on 2 cores at load average 4-5 (test binaries
 //     compiling or other packages testing beside the suite, 2026-11-29),
 //     TestProcTakeoverBehindBigBacklog twice saw the takeover 4.0s and
-//     4.25s after the kill (bound 3.2s; 2.0-2.04s in 6 runs alone, 2.05-2.69s
-//     in 6 runs beside two CPU-bound processes; CI passed it).
+//     4.25s after the kill (bound 3.2s; 2.00-2.04s in 3 timed runs alone, 2.11-2.69s
+//     in 3 runs beside two CPU-bound processes; CI passed it).
 //     While sends keep
 //     streaming to busy threads (TestProcTakeoverUnderSendStream, 400
 //     signals/s to 1,000 threads in 60s runs, at TTL 2s with recovery 200ms

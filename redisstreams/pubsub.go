@@ -359,8 +359,8 @@ func (s *streamBus) flush(ctx context.Context) error {
 // It returns an error wrapping pubsub.ErrInvalid for an empty topic or type,
 // for metadata that is not valid UTF-8, for a CreatedAt outside Unix
 // nanoseconds' range (before 1677-09-21 or after 2262-04-11) or for an
-// encoded event larger than Options.MaxEventSize; pubsub.ErrClosed after Close; the Redis error of the
-// write; with Options.PublishSyncReplicas set, an error wrapping
+// encoded event larger than Options.MaxEventSize; pubsub.ErrClosed after
+// Close; the Redis error of the write; with Options.PublishSyncReplicas set, an error wrapping
 // ErrNotReplicated when the replicas did not acknowledge the stored event in
 // time; or ctx.Err() (wrapped) when ctx ends first, in which case the event
 // may or may not have been stored. A client configured with retries

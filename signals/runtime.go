@@ -325,10 +325,12 @@ func runOf(owner string) string {
 // second acquire: when its ctx ends during that one, Send returns "not
 // stored (retry it)" (TestShortSendToLateLease).
 //
-// Bad input returns an error wrapping ErrInvalid, also a signal the pubsub
-// refuses as bad input (then wrapping pubsub.ErrInvalid too: on
-// redisstreams, Metadata that is not UTF-8, or a signal over
-// Options.MaxEventSize); after Close, ErrClosed. Thread ids and signal IDs
+// Bad input returns an error wrapping ErrInvalid: Metadata that no pubsub
+// stores (pubsub.ValidateEvent) before the thread's lease is tried, and a
+// signal the pubsub refuses as bad input when it publishes (then wrapping
+// pubsub.ErrInvalid too: on redisstreams, a signal over
+// Options.MaxEventSize, refused after the lease was taken, so a tenure may
+// have started for it); after Close, ErrClosed. Thread ids and signal IDs
 // may hold any bytes (review h59: one that was not UTF-8 failed on
 // redisstreams, where the wake notice's metadata is JSON; metaname.go).
 // Any other error means the signal may or may not run: retry with the same
@@ -415,7 +417,7 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if perr != nil {
 		if errors.Is(perr, pubsub.ErrInvalid) {
 			// The pubsub refused the signal as it is (on redisstreams:
-			// Metadata that is not UTF-8, or an event over MaxEventSize):
+			// an event over MaxEventSize; Metadata was checked above):
 			// bad input, nothing was stored.
 			return Accepted{}, fmt.Errorf("%w: send %q to thread %q: %w", ErrInvalid, sig.ID, thread, perr)
 		}

@@ -89,6 +89,10 @@ type SubscribeConfig struct {
 	// ReadOnDemand makes a group subscription read only when told to (see
 	// [ReadOnDemand] and [Kicker]).
 	ReadOnDemand bool
+	// ExpireWhenDrained, when positive, asks the backend to delete the
+	// topic that long after an ack of the subscription left it drained
+	// (see [ExpireWhenDrained]); 0 never.
+	ExpireWhenDrained time.Duration
 
 	err error
 }
@@ -231,6 +235,36 @@ func ReadOnDemand() SubscribeOption {
 	return func(c *SubscribeConfig) { c.ReadOnDemand = true }
 }
 
+// ExpireWhenDrained makes a group subscription leave its topic to be
+// deleted ttl after it drained it: each time an ack of the subscription
+// leaves the topic drained (the condition of [DrainedDeleter]: the group is
+// the topic's only group and has been given, and has acked, every event
+// published to it), the backend sets the topic, with its groups, to be
+// deleted after ttl, in the same atomic step as the ack. An event published
+// to the topic with [GroupPublisher.PublishFor] (or as a [Publication] with
+// Group set) cancels the deletion in the same atomic step as its add, so
+// no event published that way is ever deleted unread.
+//
+// It is for topics that only PublishFor writes and that a process killed
+// while it holds them must not leave behind for ever, such as the signals
+// runtime's thread inboxes: a subscriber that stops normally deletes such a
+// topic itself (DrainedDeleter), one that is killed cannot. A Publish
+// without a group does not cancel the deletion: an event published so
+// after the drain may be deleted with the topic, unread. Pick ttl longer
+// than the subscriber stays subscribed to a drained topic, or the topic may
+// vanish under it (nothing unread is lost: a group read finds its group
+// missing and makes it again, as after a DrainedDeleter deletion). A
+// backend whose topics live no longer than its process (inmem) ignores
+// the option. It requires Group; ttl must be positive.
+func ExpireWhenDrained(ttl time.Duration) SubscribeOption {
+	return func(c *SubscribeConfig) {
+		if ttl <= 0 {
+			c.fail(fmt.Errorf("%w: expire-when-drained ttl %v is not positive", ErrInvalid, ttl))
+		}
+		c.ExpireWhenDrained = ttl
+	}
+}
+
 // Kicker is implemented by the subscriptions of backends that support
 // [ReadOnDemand]. Kick makes the subscription read what was published
 // before the call (at once, or right after a read in progress); it never
@@ -271,6 +305,9 @@ func ApplyOptions(opts ...SubscribeOption) (SubscribeConfig, error) {
 	}
 	if c.ReadOnDemand && c.Group == "" {
 		return SubscribeConfig{}, fmt.Errorf("%w: read on demand needs a group (a fan-out subscription reads every event anyway)", ErrInvalid)
+	}
+	if c.ExpireWhenDrained > 0 && c.Group == "" {
+		return SubscribeConfig{}, fmt.Errorf("%w: expire when drained needs a group (a fan-out subscription acks nothing)", ErrInvalid)
 	}
 	return c, nil
 }

@@ -21,7 +21,10 @@ import (
 // that ended then held the Sends to its thread until CLUSTERDOWN:
 // TestClusterStalledMasterSparesHealthyThreads). flush waits until the
 // acks queued before it are written (all of them, or a stream's); close
-// waits for the lanes to finish.
+// waits for the lanes to finish. The acks of a subscription made with
+// pubsub.ExpireWhenDrained go as delete_drained.lua instead of XACK: the
+// ack and, when it leaves the stream drained, the stream's expiry, in one
+// step (TestExpireWhenDrained).
 //
 // Lifetime: a lane (its map entry and goroutine) lives while it has acks
 // queued or being written, and ackLaneIdle after, or until close:
@@ -41,7 +44,7 @@ type acker struct {
 	// mu): an entry acked by a handler of this Backend and still pending on
 	// the server, which no subscription of the Backend claims (holds). An
 	// entry leaves it when its ack is written or given up on.
-	held map[ackReq]int
+	held map[ackRef]int
 
 	// ctx bounds every write; close cancels it ackCloseGrace after it
 	// began, and acks not written by then are given up on.
@@ -70,7 +73,18 @@ const ackLaneIdle = time.Second
 // that stopped answering returns instead of retrying for minutes.
 const ackCloseGrace = 10 * time.Second
 
-type ackReq struct{ key, group, id string }
+// ackReq is one ack to write: entry id of stream key in group, and, when
+// expire is positive, the expiry to set on the stream if the ack leaves it
+// drained (pubsub.ExpireWhenDrained).
+type ackReq struct {
+	key, group, id string
+	expire         time.Duration
+}
+
+// ackRef names the entry an ackReq acks (acker.held).
+type ackRef struct{ key, group, id string }
+
+func (r ackReq) ref() ackRef { return ackRef{r.key, r.group, r.id} }
 
 func (a *acker) init(b *Backend) {
 	a.b = b
@@ -79,12 +93,13 @@ func (a *acker) init(b *Backend) {
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 }
 
-// add queues the ack of entry id of stream key in group, and starts its
+// add queues the ack of entry id of stream key in group (with expire
+// positive, pubsub.ExpireWhenDrained's), and starts its
 // lane's goroutine when the lane had nothing to write. Until the ack is
 // finished (written, or given up on) holds reports it. After close it does
 // nothing: the entry stays pending and is redelivered after its
 // AckDeadline.
-func (a *acker) add(key, group, id string) {
+func (a *acker) add(key, group, id string, expire time.Duration) {
 	name := a.b.laneOf(key) // outside mu: it reads the client's map of slots
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -98,12 +113,12 @@ func (a *acker) add(key, group, id string) {
 		a.wg.Add(1)
 		go a.run(name, l)
 	}
-	r := ackReq{key, group, id}
+	r := ackReq{key, group, id, expire}
 	l.queue = append(l.queue, r)
 	if a.held == nil {
-		a.held = make(map[ackReq]int)
+		a.held = make(map[ackRef]int)
 	}
-	a.held[r]++
+	a.held[r.ref()]++
 	l.keys[key]++
 	l.enq++
 	if l.idle {
@@ -128,7 +143,7 @@ func (a *acker) add(key, group, id string) {
 func (a *acker) holds(key, group, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.held[ackReq{key, group, id}] > 0
+	return a.held[ackRef{key, group, id}] > 0
 }
 
 // run writes lane l's acks, batch after batch, until none is queued and
@@ -147,8 +162,8 @@ func (a *acker) run(name string, l *ackLane) {
 			a.write(batch)
 			a.mu.Lock()
 			for _, r := range batch {
-				if a.held[r]--; a.held[r] <= 0 {
-					delete(a.held, r)
+				if a.held[r.ref()]--; a.held[r.ref()] <= 0 {
+					delete(a.held, r.ref())
 				}
 				if l.keys[r.key]--; l.keys[r.key] <= 0 {
 					delete(l.keys, r.key)
@@ -236,10 +251,14 @@ func (a *acker) close() error {
 
 // write sends batch, retrying failed XACKs with backoff for a while. An ack
 // that cannot be written leaves its entry pending: it is redelivered after
-// the ack deadline (at-least-once), never lost.
+// the ack deadline (at-least-once), never lost. The acks of a stream and
+// group with an expiry (pubsub.ExpireWhenDrained) go as one
+// delete_drained.lua call, which sets the expiry when they leave the stream
+// drained.
 func (a *acker) write(batch []ackReq) {
 	type sg struct{ key, group string }
 	byStream := make(map[sg][]string)
+	expire := make(map[sg]time.Duration)
 	var order []sg
 	for _, r := range batch {
 		k := sg{r.key, r.group}
@@ -247,9 +266,13 @@ func (a *acker) write(batch []ackReq) {
 			order = append(order, k)
 		}
 		byStream[k] = append(byStream[k], r.id)
+		if r.expire > 0 {
+			expire[k] = max(expire[k], r.expire)
+		}
 	}
 	bo := newRetry()
 	ctx := a.ctx
+	eval := false // the server answered NOSCRIPT: send the script's body
 	for try := 0; ; try++ {
 		if ctx.Err() != nil {
 			a.b.opts.Logger.Warn("redisstreams: closing: xack not written in time; entries stay pending and are redelivered after the ack deadline",
@@ -257,15 +280,22 @@ func (a *acker) write(batch []ackReq) {
 			return
 		}
 		pipe := a.b.client.Pipeline()
-		cmds := make([]*redis.IntCmd, len(order))
+		cmds := make([]redis.Cmder, len(order))
 		for i, k := range order {
-			cmds[i] = pipe.XAck(ctx, k.key, k.group, byStream[k]...)
+			if e := expire[k]; e > 0 {
+				cmds[i] = pipe.Do(ctx, drainedAckArgs(eval, k.key, k.group, e, byStream[k])...)
+			} else {
+				cmds[i] = pipe.XAck(ctx, k.key, k.group, byStream[k]...)
+			}
 		}
 		_, _ = pipe.Exec(ctx)
 		var failed []sg
 		var lastErr error
 		for i, k := range order {
 			if err := cmds[i].Err(); err != nil && !isNoGroup(err) {
+				if isNoScript(err) {
+					eval = true
+				}
 				failed = append(failed, k)
 				lastErr = err
 			}
@@ -286,4 +316,21 @@ func (a *acker) write(batch []ackReq) {
 			wait.Stop()
 		}
 	}
+}
+
+// drainedAckArgs returns the command that acks ids of stream key in group
+// and, when that leaves the stream drained, sets it to expire after expire
+// (delete_drained.lua in its ack mode): EVALSHA, or with eval EVAL.
+func drainedAckArgs(eval bool, key, group string, expire time.Duration, ids []string) []any {
+	args := make([]any, 0, 6+len(ids))
+	if eval {
+		args = append(args, "eval", deleteDrainedScript.src)
+	} else {
+		args = append(args, "evalsha", deleteDrainedScript.sha)
+	}
+	args = append(args, 1, key, group, max(expire.Milliseconds(), 1))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return args
 }

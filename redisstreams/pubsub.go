@@ -713,7 +713,7 @@ return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`)
 // path acks before the entry leaves g.inflight.
 func (g *groupSub) ackDelivered(id string, n *deadNote) {
 	if n.id == "" {
-		g.s.acks.add(g.key, g.group, id)
+		g.s.acks.add(g.key, g.group, id, g.cfg.ExpireWhenDrained)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ackCloseGrace)

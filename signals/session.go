@@ -464,7 +464,8 @@ func (s *session) loop() {
 	// (TestCloseOnStalledServerUnderAcquireLoad).
 	sub, err := rt.ps.Subscribe(rt.hardCtx, InboxTopic(s.thread), s.handle,
 		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
-		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand())
+		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand(),
+		pubsub.ExpireWhenDrained(inboxExpiry(rt.cfg)))
 	if err != nil {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
 		return
@@ -504,9 +505,7 @@ func (s *session) loop() {
 	}
 
 	used := false
-	// The first wait also covers setting up the subscription and claiming
-	// what a predecessor left pending; later waits are the linger time.
-	firstWait := max(rt.cfg.linger, inboxAckDeadline(rt.cfg.ttl)+100*time.Millisecond)
+	firstWait := firstWait(rt.cfg)
 	timer := time.NewTimer(firstWait)
 	defer timer.Stop()
 	sendWait := false // the timer fired while this tenure's Send was publishing
@@ -697,6 +696,25 @@ func callAgent(ctx context.Context, agent Agent, r *Run) error {
 // read after that, before it noticed its lease was gone.
 func inboxAckDeadline(ttl time.Duration) time.Duration {
 	return max(ttl/4, 10*time.Millisecond)
+}
+
+// inboxExpiry is how long after a tenure's ack left its inbox drained the
+// backend deletes the inbox unless a signal comes first
+// (pubsub.ExpireWhenDrained, on redisstreams; each PublishFor of a signal
+// cancels it): what a process killed while its tenures linger leaves
+// behind. It is three first waits (the longest a tenure lingers after its
+// last ack is the linger time, plus the first wait when a Send that started
+// it was still storing its signal) and two lease TTLs: a live tenure has
+// ended, and deleted the inbox itself, well before.
+func inboxExpiry(c config) time.Duration {
+	return 3*firstWait(c) + 2*c.ttl
+}
+
+// firstWait is how long a new tenure waits for its first delivery: it also
+// covers setting up the subscription and claiming what a predecessor left
+// pending; later waits are the linger time.
+func firstWait(c config) time.Duration {
+	return max(c.linger, inboxAckDeadline(c.ttl)+100*time.Millisecond)
 }
 
 // dropDrainedInbox deletes the thread's inbox when the pubsub can

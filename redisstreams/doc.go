@@ -123,9 +123,16 @@
 // [Backend.DeleteTopic] (pubsub.TopicDeleter, and the command "leasebus
 // topics delete TOPIC") deletes a stream with its groups. [Options].
 // StreamIdleTTL makes a stream expire after a time without publishes, with
-// its groups and their unacked entries: it is not a trim. Lease keys expire
-// with their lease; each lease key's fencing counter stays (it has no TTL),
-// a few dozen bytes per key ever leased.
+// its groups and their unacked entries: it is not a trim. A group
+// subscription made with pubsub.ExpireWhenDrained sets its stream to expire
+// when one of its acks leaves the stream drained (in the same script as the
+// XACK: lua/delete_drained.lua), and a PublishFor removes that expiry in
+// the same script as its XADD (lua/publish_for.lua), so the signals
+// runtime's inboxes go even when the process that held them was killed
+// (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
+// expire with their lease; each lease key's fencing counter and state
+// records go Options.FenceIdle and Options.LeaseStatusWindow after its last
+// lease ended.
 //
 // Consumer names are [Options].Consumer plus a random suffix per Backend
 // and a number per group subscription, so two processes given the same

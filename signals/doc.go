@@ -480,20 +480,20 @@
 // their own. Close starts no new run and hands the wake
 // notices it holds to the live runtimes (TestCloseStartsNoRun).
 //
-// Not covered: a process killed (or cut off from the server for good)
-// while its tenures linger on drained inboxes leaves those inboxes behind,
-// each a stream with its acked entries, its group and a consumer holding
-// nothing, with no expiry. No notice of theirs is pending, so no runtime
-// looks at those threads again until one gets a signal; that thread's next
-// tenure then deletes its inbox once drained. What is left is at most one
-// inbox per thread that lingered in the killed process (DefaultLinger, 2s
-// after its last run). Review h59 measured it: 9-10 of 10 such inboxes were
-// still there 30s after the cut, with TTL 2s and every window at 1s
-// (TestReview59KilledOwnerLeavesNoInbox, on branch h59 and failing: a fix
-// needs an expiry the backend sets on a drained inbox and the next
-// PublishFor clears, atomically, which is not built). Delete them with
-// `leasebus topics delete signals.thread.<thread>` once no process holds
-// the thread.
+// A process killed (or cut off from the server for good) while its tenures
+// linger on drained inboxes cannot delete them: on redisstreams each inbox
+// then goes on its own, three first waits (the longer of the linger time
+// and a quarter TTL plus 100ms) and two lease TTLs after the ack that
+// drained it (41.55s with the defaults), since the inbox subscription asks
+// for it (pubsub.ExpireWhenDrained) and every forwarded signal cancels it in
+// the same step as its add (TestKilledOwnerLeavesNoInbox: 10 inboxes of a
+// SIGKILLed process, gone 13s after the kill with TTL 2s and a 3s linger;
+// before, 9-10 of 10 stayed with no expiry). The read guard of each of its
+// subscriptions stays 10 minutes after its last read (redisstreams doc).
+// During a rolling upgrade from a version without it, a signal an older
+// process forwards does not cancel that expiry: if it then waits unread
+// for the whole expiry (its thread's owner died and no runtime took the
+// thread over), the inbox goes with it.
 //
 // # Limits
 //

@@ -102,8 +102,8 @@
 // # Optional capabilities and wrappers
 //
 // A backend may have optional capabilities beyond PubSub (BatchPublisher,
-// GroupPublisher, Kicker, BacklogReader, DrainedDeleter, TopicDeleter, ...),
-// found with a type assertion. A wrapper (such as the otel module's) that
+// GroupPublisher, Kicker, BacklogReader, DrainedDeleter, TopicDeleter,
+// EventChecker, ...), found with a type assertion. A wrapper (such as the otel module's) that
 // does not pass one on but implements [Unwrapper] still lets [As] find it
 // on what it wraps, the way errors.As walks wrapped errors; calls made
 // through what As found go around the wrapper.

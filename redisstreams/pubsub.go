@@ -411,6 +411,36 @@ func (b *Backend) publish(ctx context.Context, topic, group string, e pubsub.Eve
 	return b.bus.publish(ctx, b.keys.Stream(topic), group, fields)
 }
 
+var _ pubsub.EventChecker = (*Backend)(nil)
+
+// CheckEvent returns the error Publish and PublishFor would return for
+// topic's name or for e, such as an event over Options.MaxEventSize, without
+// publishing (pubsub.EventChecker); nil when they would take it. An event
+// whose size cannot reach the limit, by a bound on its encoding, is not
+// encoded. It does not look at whether the Backend is closed.
+func (b *Backend) CheckEvent(topic string, e pubsub.Event) error {
+	if encodedBound(e) <= b.opts.MaxEventSize {
+		if err := pubsub.ValidateTopic(topic); err != nil {
+			return err
+		}
+		_, err := pubsub.PrepareEvent(e)
+		return err
+	}
+	_, err := b.encodeFor(topic, e)
+	return err
+}
+
+// encodedBound is at least the size encodeEvent gives e: its strings,
+// each metadata byte as a JSON escape of at most 6 bytes, and room for the
+// field names, the version, the JSON punctuation and the timestamp.
+func encodedBound(e pubsub.Event) int {
+	n := 128 + len(e.ID) + len(e.Type) + len(e.RunID) + len(e.Data)
+	for k, v := range e.Metadata {
+		n += 6*(len(k)+len(v)) + 6
+	}
+	return n
+}
+
 // encodeFor checks topic and e and returns e's stream fields.
 func (b *Backend) encodeFor(topic string, e pubsub.Event) ([]string, error) {
 	if err := pubsub.ValidateTopic(topic); err != nil {

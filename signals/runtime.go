@@ -63,10 +63,12 @@ var errRetry = errors.New("signals: wake notice not settled yet")
 // signals take over the thread without a gap. It is safe for concurrent use.
 type Runtime struct {
 	ps pubsub.PubSub
-	// dd and br are ps's pubsub.DrainedDeleter and pubsub.BacklogReader,
-	// found on it or on what it wraps (pubsub.As); nil when it has none.
+	// dd, br and ec are ps's pubsub.DrainedDeleter, pubsub.BacklogReader
+	// and pubsub.EventChecker, found on it or on what it wraps
+	// (pubsub.As); nil when it has none.
 	dd     pubsub.DrainedDeleter
 	br     pubsub.BacklogReader
+	ec     pubsub.EventChecker
 	lp     lease.Provider
 	leases bool // lp is a real provider
 	agent  Agent
@@ -211,6 +213,7 @@ func New(ps pubsub.PubSub, agent Agent, opts ...Option) (*Runtime, error) {
 		lapse: lapseWatch{kick: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	rt.dd, _ = pubsub.As[pubsub.DrainedDeleter](ps)
+	rt.ec, _ = pubsub.As[pubsub.EventChecker](ps)
 	rt.br, _ = pubsub.As[pubsub.BacklogReader](ps)
 	if !ok {
 		if r, isR := ps.(CrossProcessReporter); !isR || r.CrossProcess() {
@@ -325,12 +328,17 @@ func runOf(owner string) string {
 // second acquire: when its ctx ends during that one, Send returns "not
 // stored (retry it)" (TestShortSendToLateLease).
 //
-// Bad input returns an error wrapping ErrInvalid: Metadata that no pubsub
-// stores (pubsub.ValidateEvent) before the thread's lease is tried, and a
-// signal the pubsub refuses as bad input when it publishes (then wrapping
-// pubsub.ErrInvalid too: on redisstreams, a signal over
-// Options.MaxEventSize, refused after the lease was taken, so a tenure may
-// have started for it); after Close, ErrClosed. Thread ids and signal IDs
+// Bad input returns an error wrapping ErrInvalid, before the thread's lease
+// is tried, so that it starts no tenure: Metadata that no pubsub stores
+// (pubsub.ValidateEvent), and, on a pubsub with pubsub.EventChecker (found
+// through wrappers too) such as redisstreams, a signal or wake notice it
+// would refuse (then wrapping pubsub.ErrInvalid too: a signal over
+// Options.MaxEventSize, or a thread name or signal ID that makes the
+// notice so). A refusal only when it publishes (a pubsub without the
+// capability, or a wrapper that adds to the event, as the otel module adds
+// its trace context, for a signal within those bytes of the limit) also
+// wraps both, after the lease was taken: a tenure may have started for
+// it. After Close, ErrClosed. Thread ids and signal IDs
 // may hold any bytes (review h59: one that was not UTF-8 failed on
 // redisstreams, where the wake notice's metadata is JSON; metaname.go).
 // Any other error means the signal may or may not run: retry with the same
@@ -362,6 +370,24 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	if len(sig.Metadata) > 0 {
 		ev.Metadata = maps.Clone(sig.Metadata)
 	}
+	// The notice's ID names this copy of the signal: the kicks of its
+	// news (this Send, the fan-out watch, the handler) are marked by it.
+	notice := pubsub.Event{ID: uuid.NewString(), Type: WakeType, Metadata: noticeMeta(thread, sig.ID)}
+	if rt.ec != nil {
+		// Also before the acquire: what the pubsub would refuse (a
+		// signal over redisstreams' MaxEventSize, a notice made too big
+		// by a huge thread name or signal ID) starts no tenure
+		// (TestOversizeSignalStartsNoTenure). The notice gets the action
+		// and the owner's name after the acquire, a few dozen bytes.
+		for _, c := range []struct {
+			topic string
+			ev    pubsub.Event
+		}{{InboxTopic(thread), ev}, {WorkTopic, notice}} {
+			if err := rt.ec.CheckEvent(c.topic, c.ev); err != nil {
+				return Accepted{}, fmt.Errorf("%w: send %q to thread %q: %w", ErrInvalid, sig.ID, thread, err)
+			}
+		}
+	}
 	// The lease is tried before the signal and its notice are published:
 	// no notice handler can learn of this signal before this Send's own
 	// acquire was decided, so a handler that finds the thread free and
@@ -377,9 +403,6 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 		// ctx ended during the acquire: nothing was published.
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: not stored (retry it): %w", sig.ID, thread, werr)
 	}
-	// The notice's ID names this copy of the signal: the kicks of its
-	// news (this Send, the fan-out watch, the handler) are marked by it.
-	notice := pubsub.Event{ID: uuid.NewString(), Type: WakeType, Metadata: noticeMeta(thread, sig.ID)}
 	var acc Accepted
 	switch {
 	case errors.Is(werr, ErrClosed):
@@ -416,9 +439,9 @@ func (rt *Runtime) Send(ctx context.Context, thread string, sig Signal) (Accepte
 	}
 	if perr != nil {
 		if errors.Is(perr, pubsub.ErrInvalid) {
-			// The pubsub refused the signal as it is (on redisstreams:
-			// an event over MaxEventSize; Metadata was checked above):
-			// bad input, nothing was stored.
+			// The pubsub refused the signal as it is (one without
+			// EventChecker, or a wrapper's additions: what was checked
+			// above passed): bad input, nothing was stored.
 			return Accepted{}, fmt.Errorf("%w: send %q to thread %q: %w", ErrInvalid, sig.ID, thread, perr)
 		}
 		return Accepted{}, fmt.Errorf("signals: send %q to thread %q: %w", sig.ID, thread, perr)

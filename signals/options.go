@@ -258,7 +258,11 @@ func WithProcessID(id string) Option {
 }
 
 // WithObserver sets a function called with every Event, synchronously from
-// the runtime's goroutines: it must be fast and safe for concurrent use.
+// the runtime's goroutines: it must be fast and safe for concurrent use,
+// and it must return. It is not recovered: a panic in it ends the process,
+// as any unrecovered panic does, and a runtime.Goexit in it (t.FailNow in a
+// test) ends the runtime goroutine that called it, whose work (a tenure,
+// a Send) then never finishes, and Close may not return.
 func WithObserver(f func(Event)) Option {
 	return func(c *config) error {
 		if f == nil {

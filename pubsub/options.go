@@ -243,14 +243,16 @@ func ReadOnDemand() SubscribeOption {
 // deleted after ttl, in the same atomic step as the ack. An event published
 // to the topic with [GroupPublisher.PublishFor] (or as a [Publication] with
 // Group set) cancels the deletion in the same atomic step as its add, so
-// no event published that way is ever deleted unread.
+// no event published that way is ever deleted unread; so does a read of the
+// subscription that returns events (on redisstreams), so that an event
+// published otherwise is not deleted while the subscription holds it.
 //
 // It is for topics that only PublishFor writes and that a process killed
 // while it holds them must not leave behind for ever, such as the signals
 // runtime's thread inboxes: a subscriber that stops normally deletes such a
 // topic itself (DrainedDeleter), one that is killed cannot. A Publish
 // without a group does not cancel the deletion: an event published so
-// after the drain may be deleted with the topic, unread. Pick ttl longer
+// after the drain may be deleted with the topic before it is read. Pick ttl longer
 // than the subscriber stays subscribed to a drained topic, or the topic may
 // vanish under it (nothing unread is lost: a group read finds its group
 // missing and makes it again, as after a DrainedDeleter deletion). A

@@ -127,7 +127,8 @@
 // subscription made with pubsub.ExpireWhenDrained sets its stream to expire
 // when one of its acks leaves the stream drained (in the same script as the
 // XACK: lua/delete_drained.lua), and a PublishFor removes that expiry in
-// the same script as its XADD (lua/publish_for.lua), so the signals
+// the same script as its XADD (lua/publish_for.lua), as does the
+// subscription's read that returns entries (lua/read.lua), so the signals
 // runtime's inboxes go even when the process that held them was killed
 // (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
 // expire with their lease; each lease key's fencing counter and state

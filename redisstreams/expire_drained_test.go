@@ -28,14 +28,25 @@ func TestExpireWhenDrained(t *testing.T) {
 		ctx := context.Background()
 		const group = "owner"
 		got := make(chan string, 16)
-		hold := make(chan struct{})
+		holds := map[string]chan struct{}{"held": make(chan struct{}), "old": make(chan struct{})}
 		var once sync.Once
-		release := func() { once.Do(func() { close(hold) }) }
-		t.Cleanup(release) // before the Unsubscribes: registered first, run last
+		releaseAll := func() {
+			once.Do(func() {
+				for _, h := range holds {
+					select {
+					case <-h:
+					default:
+						close(h)
+					}
+				}
+			})
+		}
+		release := func(id string) { close(holds[id]) }
+		t.Cleanup(releaseAll) // before the Unsubscribes: registered first, run last
 		handler := func(ctx context.Context, ev pubsub.Event) error {
 			got <- ev.ID
-			if ev.ID == "held" {
-				<-hold
+			if h, ok := holds[ev.ID]; ok {
+				<-h
 			}
 			return nil
 		}
@@ -46,7 +57,7 @@ func TestExpireWhenDrained(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				release()
+				releaseAll()
 				_ = sub.Unsubscribe(context.Background())
 			})
 		}
@@ -132,13 +143,37 @@ func TestExpireWhenDrained(t *testing.T) {
 		if !exists(key) || pending(key) != 1 {
 			t.Fatalf("stream with a pending entry: exists %t; want it kept, with the entry pending", exists(key))
 		}
-		release()
+		release("held")
 		waitFor("stream gone after its last ack and the expiry", func() bool { return !exists(key) })
 
 		// A signal after the deletion starts the stream afresh and is
 		// delivered to the subscription still subscribed.
 		publish(topic, "after")
 		expect("after")
+
+		// A publisher whose PublishFor did not remove the expiry (a
+		// process of an earlier version, in a rolling upgrade): a plain
+		// XADD. The read that returns its entry removes the expiry, so
+		// the entry is not deleted with the stream while it is pending.
+		waitFor("expiry set again", func() bool { return pttl(key) > 0 })
+		fields, err := b.encodeFor(topic, pubsub.Event{ID: "old", Type: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: fields}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		expect("old")
+		if d.FastForward != nil {
+			d.FastForward(2 * ttl)
+		} else {
+			time.Sleep(2 * ttl)
+		}
+		if !exists(key) || pending(key) != 1 {
+			t.Fatalf("stream with an entry read pending: exists %t; want it kept, with the entry pending", exists(key))
+		}
+		release("old")
+		waitFor("stream gone after the old publisher's entry was acked", func() bool { return !exists(key) })
 
 		// Another group on the stream: drained for the subscription's
 		// group, but not the only group: no expiry.

@@ -491,9 +491,12 @@
 // before, 9-10 of 10 stayed with no expiry). The read guard of each of its
 // subscriptions stays 10 minutes after its last read (redisstreams doc).
 // During a rolling upgrade from a version without it, a signal an older
-// process forwards does not cancel that expiry: if it then waits unread
-// for the whole expiry (its thread's owner died and no runtime took the
-// thread over), the inbox goes with it.
+// process forwards does not cancel that expiry; the first read of a tenure
+// of this version that returns it does (TestExpireWhenDrained, in
+// redisstreams). A signal forwarded so that waits for the whole expiry
+// with no tenure of this version reading it (the owner of this version
+// died, and an older process took the thread over and ran a long run
+// meanwhile) goes with the inbox.
 //
 // # Limits
 //

@@ -16,7 +16,7 @@ import (
 // held up (here a CLIENT PAUSE; a slow server or a failover in production)
 // go out as one delete_drained.lua call per stream, however many there are.
 // The script passed every id to XACK with unpack, and Lua's stack takes
-// about 8000 values: with 9000 queued, each try failed with "too many
+// about 8000 values: with 20000 queued, each try failed with "too many
 // results to unpack", the acker gave up after 8 tries, and every entry
 // stayed pending, to be redelivered and handled again (plain XACK takes any
 // number). Now they are all acked and the drained stream gets its expiry.
@@ -27,7 +27,7 @@ func TestExpireWhenDrainedLargeAckBatch(t *testing.T) {
 	ctx := context.Background()
 	const (
 		group = "owner"
-		n     = 9000
+		n     = 20000
 	)
 	key := b.keys.Stream("big")
 	if err := c.XGroupCreateMkStream(ctx, key, group, "$").Err(); err != nil {
@@ -45,7 +45,7 @@ func TestExpireWhenDrainedLargeAckBatch(t *testing.T) {
 		t.Fatalf("XREADGROUP: %v (%d streams)", err, len(res))
 	}
 	// Hold the acker's first write, so that the others queue behind it.
-	if err := c.Do(ctx, "client", "pause", 500, "write").Err(); err != nil {
+	if err := c.Do(ctx, "client", "pause", 1000, "write").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range res[0].Messages {

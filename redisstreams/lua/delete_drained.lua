@@ -43,7 +43,14 @@ local function drained()
   return true
 end
 if ARGV[2] then
-  local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+  -- XACK in chunks: unpack of more than about 8000 values overflows Lua's
+  -- stack ("too many results to unpack"), and the acker sends every ack
+  -- of a stream queued during a write in one call
+  -- (TestExpireWhenDrainedLargeAckBatch).
+  local acked = 0
+  for i = 3, #ARGV, 1000 do
+    acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
   if redis.call('EXISTS', KEYS[1]) == 1 and drained() then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end

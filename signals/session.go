@@ -462,10 +462,12 @@ func (s *session) loop() {
 	// (hardCtx): Close waits for this tenure, and a setup in flight to a
 	// server that stopped answering would hold it for go-redis's timeouts
 	// (TestCloseOnStalledServerUnderAcquireLoad).
-	sub, err := rt.ps.Subscribe(rt.hardCtx, InboxTopic(s.thread), s.handle,
-		pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
-		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand(),
-		pubsub.ExpireWhenDrained(inboxExpiry(rt.cfg)))
+	opts := []pubsub.SubscribeOption{pubsub.Group(InboxGroup), pubsub.StartFrom(pubsub.Earliest), pubsub.ClaimPending(),
+		pubsub.AckDeadline(inboxAckDeadline(rt.cfg.ttl)), pubsub.ReadOnDemand()}
+	if groupPublishes(rt.ps) {
+		opts = append(opts, pubsub.ExpireWhenDrained(inboxExpiry(rt.cfg)))
+	}
+	sub, err := rt.ps.Subscribe(rt.hardCtx, InboxTopic(s.thread), s.handle, opts...)
 	if err != nil {
 		rt.log.Warn("signals: subscribe to inbox failed", "thread", s.thread, "err", err)
 		return
@@ -708,6 +710,20 @@ func inboxAckDeadline(ttl time.Duration) time.Duration {
 // ended, and deleted the inbox itself, well before.
 func inboxExpiry(c config) time.Duration {
 	return 3*firstWait(c) + 2*c.ttl
+}
+
+// groupPublishes reports whether publishSignal stores a signal on ps with
+// its group (pubsub.BatchPublisher's Publication.Group or
+// pubsub.GroupPublisher), which removes the inbox's expiry
+// (pubsub.ExpireWhenDrained). Through a wrapper without either, a signal is
+// stored with a plain Publish, which does not: an inbox that expired with
+// it unread (its owner killed, its sender gone) would lose an accepted
+// signal (TestKilledOwnerWrappedKeepsSignal), so the inbox is not set to
+// expire at all.
+func groupPublishes(ps pubsub.PubSub) bool {
+	_, bp := ps.(pubsub.BatchPublisher)
+	_, gp := ps.(pubsub.GroupPublisher)
+	return bp || gp
 }
 
 // firstWait is how long a new tenure waits for its first delivery: it also

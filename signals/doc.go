@@ -488,7 +488,12 @@
 // for it (pubsub.ExpireWhenDrained) and every forwarded signal cancels it in
 // the same step as its add (TestKilledOwnerLeavesNoInbox: 10 inboxes of a
 // SIGKILLed process, gone 13s after the kill with TTL 2s and a 3s linger;
-// before, 9-10 of 10 stayed with no expiry). The read guard of each of its
+// before, 9-10 of 10 stayed with no expiry). That is on a pubsub whose
+// signal publishes carry the inbox group (it is a pubsub.BatchPublisher or
+// pubsub.GroupPublisher itself, not only through pubsub.As): through a
+// wrapper without either a signal is stored with a plain Publish, which
+// would not cancel the expiry, so the inboxes get none
+// (TestKilledOwnerWrappedKeepsSignal). The read guard of each of its
 // subscriptions stays 10 minutes after its last read (redisstreams doc).
 // During a rolling upgrade from a version without it, a signal an older
 // process forwards does not cancel that expiry; the first read of a tenure

@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -250,7 +251,7 @@ const readGuardTTL = 10 * time.Minute
 func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
 	pipe := s.b.client.Pipeline()
 	noRetry(ctx, pipe, key)
-	create := pipe.XGroupCreateMkStream(ctx, key, group, start)
+	create := s.createGroupCmd(ctx, pipe, key, group, start)
 	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
 	cmds, _ := pipe.Exec(ctx)
 	s.b.reloadOnFailure(ctx, cmds...)
@@ -263,10 +264,27 @@ func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, 
 	return nil
 }
 
+var (
+	//go:embed lua/create_group.lua
+	createGroupLua string
+	// Sent in full (EVAL): without its comments.
+	createGroupScript = redis.NewScript(luaCode(createGroupLua))
+)
+
+// createGroupCmd sends create_group.lua on c: XGROUP CREATE key group start
+// MKSTREAM and, when it created the group on a stream with an expiry (one a
+// pubsub.ExpireWhenDrained subscription's ack set when its group drained
+// the stream), the expiry removed, or set to StreamIdleTTL when that is set,
+// in the same step (TestExpireWhenDrainedSecondGroupKeeps). A BUSYGROUP
+// error when the group exists.
+func (s *streamBus) createGroupCmd(ctx context.Context, c redis.Scripter, key, group, start string) *redis.Cmd {
+	return createGroupScript.Eval(ctx, c, []string{key}, group, start, s.b.opts.StreamIdleTTL.Milliseconds())
+}
+
 // createGroup creates the group at start with MKSTREAM; an existing group
 // keeps its position.
 func (s *streamBus) createGroup(ctx context.Context, key, group, start string) error {
-	err := s.b.client.XGroupCreateMkStream(ctx, key, group, start).Err()
+	err := s.createGroupCmd(ctx, s.b.client, key, group, start).Err()
 	s.b.reloadOnErr(ctx, err)
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)

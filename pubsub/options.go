@@ -245,7 +245,10 @@ func ReadOnDemand() SubscribeOption {
 // Group set) cancels the deletion in the same atomic step as its add, so
 // no event published that way is ever deleted unread; so does a read of the
 // subscription that returns events (on redisstreams), so that an event
-// published otherwise is not deleted while the subscription holds it.
+// published otherwise is not deleted while the subscription holds it. A
+// group created on the topic later (another group subscription) cancels it
+// too, in the same step as its creation: the events it is given are not
+// deleted under it.
 //
 // It is for topics that only PublishFor writes and that a process killed
 // while it holds them must not leave behind for ever, such as the signals

@@ -291,10 +291,13 @@ func (a *acker) write(batch []ackReq) {
 		_, _ = pipe.Exec(ctx)
 		var failed []sg
 		var lastErr error
+		noScript := true // every failure was NOSCRIPT: send again at once
 		for i, k := range order {
 			if err := cmds[i].Err(); err != nil && !isNoGroup(err) {
 				if isNoScript(err) {
 					eval = true
+				} else {
+					noScript = false
 				}
 				failed = append(failed, k)
 				lastErr = err
@@ -302,6 +305,10 @@ func (a *acker) write(batch []ackReq) {
 		}
 		if len(failed) == 0 {
 			return
+		}
+		if noScript && try == 0 {
+			order = failed
+			continue
 		}
 		if try >= 8 {
 			a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",

@@ -997,15 +997,16 @@ func (g *groupSub) readLoop() {
 			args = append(args, "tail")
 		}
 		if g.cfg.ExpireWhenDrained > 0 {
-			// A read that returns entries removes the stream's expiry
-			// (pubsub.ExpireWhenDrained), in the same step: an entry
+			// A read that returns entries takes back the stream's
+			// expiry (pubsub.ExpireWhenDrained; with StreamIdleTTL it
+			// sets that), in the same step: an entry
 			// whose PublishFor left it (a process of a version before
 			// publish_for.lua removed it) is not deleted with the
 			// stream while it is pending or while later ones wait.
 			if !g.cfg.ReadOnDemand {
 				args = append(args, "")
 			}
-			args = append(args, "persist")
+			args = append(args, g.s.b.opts.StreamIdleTTL.Milliseconds())
 		}
 		read := pipe.EvalSha(g.ctx, readScript.Hash(), []string{g.key, g.guard}, args...)
 		var chk *redis.XPendingExtCmd

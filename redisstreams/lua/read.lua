@@ -15,10 +15,12 @@
 -- ARGV[6]  optional: "tail" to return the stream's last entry id with the
 --          reply (a ReadOnDemand subscription: when the read returned that
 --          entry, nothing a Kick covered is left unread)
--- ARGV[7]  optional: "persist" to remove the stream's expiry when the read
---          returns entries (pubsub.ExpireWhenDrained: the entries of a
---          publisher that did not remove it are not deleted with the stream
---          while they are pending)
+-- ARGV[7]  optional: Options.StreamIdleTTL in milliseconds (0 when none),
+--          to take back the stream's expiry when the read returns entries
+--          (pubsub.ExpireWhenDrained: the entries of a publisher that did
+--          not are not deleted with the stream while they are pending): an
+--          expiry is removed, or with a positive ARGV[7] set to it, as
+--          create_group.lua does
 --
 -- Returns XREADGROUP's reply (nil when nothing is new) or its error (NOGROUP);
 -- with "tail", {reply, id of the stream's last entry (nil when empty)}, read
@@ -37,8 +39,12 @@ if tonumber(cur) >= tonumber(ARGV[4]) then
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-if ARGV[7] == 'persist' and type(r) == 'table' and not r.err then
-  redis.call('PERSIST', KEYS[1])
+if ARGV[7] and type(r) == 'table' and not r.err and redis.call('PTTL', KEYS[1]) > 0 then
+  if tonumber(ARGV[7]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  else
+    redis.call('PERSIST', KEYS[1])
+  end
 end
 if ARGV[6] ~= 'tail' or (type(r) == 'table' and r.err) then
   return r

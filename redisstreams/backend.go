@@ -90,8 +90,8 @@ type Options struct {
 	// StreamIdleTTL, when positive, makes a stream expire after it has seen
 	// no publish for that long (the expiry is pushed back on each publish).
 	// The whole stream goes, with its groups and their unacked entries: it
-	// is not a trim and does not respect Retention. A new consumer group,
-	// and a read of a pubsub.ExpireWhenDrained subscription that returns
+	// is not a trim and does not respect Retention. A new consumer group
+	// on a stream with one group and nothing pending, and a read of a pubsub.ExpireWhenDrained subscription that returns
 	// entries from a stream with an expiry, push it back too. At least 1ms.
 	// Default 0: streams never expire.
 	StreamIdleTTL time.Duration

@@ -272,10 +272,12 @@ var (
 )
 
 // createGroupCmd sends create_group.lua on c: XGROUP CREATE key group start
-// MKSTREAM and, when it created the group on a stream with an expiry (one a
-// pubsub.ExpireWhenDrained subscription's ack set when its group drained
-// the stream), the expiry removed, or set to StreamIdleTTL when that is set,
-// in the same step (TestExpireWhenDrainedSecondGroupKeeps). A BUSYGROUP
+// MKSTREAM and, when it created the group on a stream with an expiry that
+// may be a drained one (one a pubsub.ExpireWhenDrained subscription's ack
+// set when its group drained the stream: the stream had that one group,
+// with nothing pending; another expiry, such as a publisher's
+// StreamIdleTTL, is left alone: TestStreamIdleTTLKeptByNewGroup), the
+// expiry removed, or set to StreamIdleTTL when that is set, in the same step (TestExpireWhenDrainedSecondGroupKeeps). A BUSYGROUP
 // error when the group exists.
 func (s *streamBus) createGroupCmd(ctx context.Context, c redis.Scripter, key, group, start string) *redis.Cmd {
 	return createGroupScript.Eval(ctx, c, []string{key}, group, start, s.b.opts.StreamIdleTTL.Milliseconds())

@@ -149,7 +149,7 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 	}
 	consumer := s.b.consumer + "-" + strconv.FormatUint(s.b.subSeq.Add(1), 10)
 	guard := s.b.keys.StreamMeta(topic, "rguard:"+consumer)
-	if err := s.setupGroup(ctx, key, cfg.Group, start, guard); err != nil {
+	if err := s.setupGroup(ctx, key, cfg.Group, start, guard, cfg.ExpireWhenDrained); err != nil {
 		return nil, err
 	}
 	// A member reads up to BatchSize entries ahead of its handlers, so that
@@ -221,14 +221,14 @@ func (s *streamBus) subscribeGroup(ctx context.Context, p *pubsub.Policy, cfg pu
 // up. What it may still create is harmless: the group and its stream (the
 // stream's owner deletes or trims it as before) and a read guard that
 // expires after readGuardTTL.
-func (s *streamBus) setupGroup(ctx context.Context, key, group, start, guard string) error {
+func (s *streamBus) setupGroup(ctx context.Context, key, group, start, guard string, expire time.Duration) error {
 	if ctx.Done() == nil {
-		return s.createGroupAndGuard(ctx, key, group, start, guard)
+		return s.createGroupAndGuard(ctx, key, group, start, guard, expire)
 	}
 	var err error
 	done := make(chan struct{})
 	if s.b.awaitSend(ctx, done, func() {
-		err = s.createGroupAndGuard(ctx, key, group, start, guard)
+		err = s.createGroupAndGuard(ctx, key, group, start, guard, expire)
 		close(done)
 	}) {
 		return endedWith(ctx, err)
@@ -248,10 +248,10 @@ const readGuardTTL = 10 * time.Minute
 // must not retry): when it fails, Subscribe fails, and a copy the network
 // delivers late creates, at most, the guard of a consumer that never reads
 // (it expires after readGuardTTL). The guard is set only if missing.
-func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string) error {
+func (s *streamBus) createGroupAndGuard(ctx context.Context, key, group, start, guard string, expire time.Duration) error {
 	pipe := s.b.client.Pipeline()
 	noRetry(ctx, pipe, key)
-	create := s.createGroupCmd(ctx, pipe, key, group, start)
+	create := s.createGroupCmd(ctx, pipe, key, group, start, expire)
 	set := pipe.SetArgs(ctx, guard, 0, redis.SetArgs{Mode: "NX", TTL: readGuardTTL})
 	cmds, _ := pipe.Exec(ctx)
 	s.b.reloadOnFailure(ctx, cmds...)
@@ -277,16 +277,25 @@ var (
 // set when its group drained the stream: the stream had that one group,
 // with nothing pending; another expiry, such as a publisher's
 // StreamIdleTTL, is left alone: TestStreamIdleTTLKeptByNewGroup), the
-// expiry removed, or set to StreamIdleTTL when that is set, in the same step (TestExpireWhenDrainedSecondGroupKeeps). A BUSYGROUP
-// error when the group exists.
-func (s *streamBus) createGroupCmd(ctx context.Context, c redis.Scripter, key, group, start string) *redis.Cmd {
-	return createGroupScript.Eval(ctx, c, []string{key}, group, start, s.b.opts.StreamIdleTTL.Milliseconds())
+// expiry removed, or set to StreamIdleTTL when that is set, in the same
+// step (TestExpireWhenDrainedSecondGroupKeeps). With expire positive
+// (pubsub.ExpireWhenDrained), a stream it creates (MKSTREAM: empty, drained,
+// with only this group) is set to expire after expire, as the ack that
+// drains a stream sets it: a subscriber killed before any ack left it for
+// ever (TestExpireWhenDrainedNewStreamExpires). A BUSYGROUP error when the
+// group exists.
+func (s *streamBus) createGroupCmd(ctx context.Context, c redis.Scripter, key, group, start string, expire time.Duration) *redis.Cmd {
+	ms := int64(0)
+	if expire > 0 {
+		ms = max(expire.Milliseconds(), 1)
+	}
+	return createGroupScript.Eval(ctx, c, []string{key}, group, start, s.b.opts.StreamIdleTTL.Milliseconds(), ms)
 }
 
 // createGroup creates the group at start with MKSTREAM; an existing group
 // keeps its position.
-func (s *streamBus) createGroup(ctx context.Context, key, group, start string) error {
-	err := s.createGroupCmd(ctx, s.b.client, key, group, start).Err()
+func (s *streamBus) createGroup(ctx context.Context, key, group, start string, expire time.Duration) error {
+	err := s.createGroupCmd(ctx, s.b.client, key, group, start, expire).Err()
 	s.b.reloadOnErr(ctx, err)
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("redisstreams: xgroup create %q %q: %w", key, group, err)
@@ -1523,7 +1532,7 @@ func (g *groupSub) putTokens(n int) {
 func (g *groupSub) recreate(bo *backoff.Backoff) {
 	ctx, cancel := context.WithTimeout(g.ctx, 5*time.Second)
 	defer cancel()
-	if err := g.s.createGroup(ctx, g.key, g.group, "0"); err != nil {
+	if err := g.s.createGroup(ctx, g.key, g.group, "0", g.cfg.ExpireWhenDrained); err != nil {
 		g.fail(err, bo)
 		return
 	}

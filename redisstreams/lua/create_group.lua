@@ -5,6 +5,10 @@
 -- ARGV[1]  group
 -- ARGV[2]  the id the group starts at
 -- ARGV[3]  Options.StreamIdleTTL in milliseconds, 0 when none
+-- ARGV[4]  optional: pubsub.ExpireWhenDrained's expiry in milliseconds, 0
+--          when none: set on a stream this call creates (MKSTREAM: empty,
+--          with only ARGV[1], so drained, as delete_drained.lua sets it;
+--          TestExpireWhenDrainedNewStreamExpires)
 --
 -- Returns XGROUP CREATE's reply (a BUSYGROUP error when the group exists:
 -- then it changes nothing). When it created the group on a stream with an
@@ -35,12 +39,15 @@ local function drainedByOne()
   local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
   return #groups == 1 and field(groups[1], 'pending') == 0
 end
-local takeBack = redis.call('PTTL', KEYS[1]) > 0 and drainedByOne()
+local created = redis.call('EXISTS', KEYS[1]) == 0
+local takeBack = not created and redis.call('PTTL', KEYS[1]) > 0 and drainedByOne()
 local ok = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], ARGV[2], 'MKSTREAM')
 if type(ok) == 'table' and ok.err then
   return ok
 end
-if takeBack then
+if created and ARGV[4] and tonumber(ARGV[4]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+elseif takeBack then
   if tonumber(ARGV[3]) > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   else

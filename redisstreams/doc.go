@@ -128,7 +128,9 @@
 // when one of its acks leaves the stream drained (in the same script as the
 // XACK: lua/delete_drained.lua), and a PublishFor removes that expiry in
 // the same script as its XADD (lua/publish_for.lua), as does the
-// subscription's read that returns entries (lua/read.lua), so the signals
+// subscription's read that returns entries (lua/read.lua); a subscription
+// that creates its stream (it had none) sets the expiry on it as it creates
+// it (lua/create_group.lua: TestExpireWhenDrainedNewStreamExpires), so the signals
 // runtime's inboxes go even when the process that held them was killed
 // (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
 // expire with their lease; each lease key's fencing counter and state

@@ -482,26 +482,30 @@
 //
 // A process killed (or cut off from the server for good) while its tenures
 // linger on drained inboxes cannot delete them: on redisstreams each inbox
-// then goes on its own, three first waits (the longer of the linger time
-// and a quarter TTL plus 100ms) and two lease TTLs after the ack that
-// drained it (41.55s with the defaults), since the inbox subscription asks
-// for it (pubsub.ExpireWhenDrained) and every forwarded signal cancels it in
-// the same step as its add (TestKilledOwnerLeavesNoInbox: 10 inboxes of a
-// SIGKILLed process, gone 13s after the kill with TTL 2s and a 3s linger;
-// before, 9-10 of 10 stayed with no expiry). That is on a pubsub whose
-// signal publishes carry the inbox group (it is a pubsub.BatchPublisher or
-// pubsub.GroupPublisher itself, not only through pubsub.As): through a
-// wrapper without either a signal is stored with a plain Publish, which
-// would not cancel the expiry, so the inboxes get none
-// (TestKilledOwnerWrappedKeepsSignal). The read guard of each of its
-// subscriptions stays 10 minutes after its last read (redisstreams doc).
-// During a rolling upgrade from a version without it, a signal an older
-// process forwards does not cancel that expiry; the first read of a tenure
-// of this version that returns it does (TestExpireWhenDrained, in
-// redisstreams). A signal forwarded so that waits for the whole expiry
-// with no tenure of this version reading it (the owner of this version
-// died, and an older process took the thread over and ran a long run
-// meanwhile) goes with the inbox.
+// then goes on its own, 10 minutes after the ack that drained it, or three
+// first waits (the longer of the linger time and a quarter TTL plus 100ms)
+// and two lease TTLs when that is longer, since the inbox subscription asks
+// for it (pubsub.ExpireWhenDrained) and every signal stored with its group
+// takes the expiry back in the same step as its add, as does a tenure's
+// read that returns signals (TestKilledOwnerLeavesNoInbox, with the
+// 10-minute floor lowered for the test: 10 inboxes of a SIGKILLed process,
+// gone 13s after the kill with TTL 2s and a 3s linger; before, 9-10 of 10
+// stayed with no expiry). The read guard of each of its subscriptions
+// stays 10 minutes after its last read too (redisstreams doc). The inboxes
+// get the expiry only on a pubsub whose signal publishes carry the inbox
+// group (it is a pubsub.BatchPublisher or pubsub.GroupPublisher itself,
+// not only through pubsub.As): through a wrapper without either they get
+// none, and stay as before (TestKilledOwnerWrappedKeepsSignal).
+//
+// A signal stored without its group does not take the expiry back: one
+// sent through such a wrapper by another process (the owner on a pubsub
+// that asks for the expiry), or by a process of a version before it during
+// a rolling upgrade. Its thread's next tenure reads it, which takes the
+// expiry back; but when no runtime reads it for the 10 minutes after its
+// owner, killed, drained the inbox (every runtime down that long, say),
+// it goes with the inbox (TestKilledOwnerMixedSenderKeepsSignal keeps it
+// through a 16s outage). Give every process a pubsub that publishes with
+// the group, as redisstreams and the otel module's wrapper do.
 //
 // # Limits
 //

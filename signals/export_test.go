@@ -2,6 +2,7 @@ package signals
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -28,6 +29,16 @@ type Hooks struct {
 func WithHooks(h Hooks) Option {
 	return func(c *config) error {
 		c.hooks = testHooks{lingerEnd: h.LingerEnd, beforeRelease: h.BeforeRelease, beforeHandOff: h.BeforeHandOff, beforeAdopt: h.BeforeAdopt}
+		return nil
+	}
+}
+
+// WithInboxExpiryFloor replaces the 10-minute floor of the inboxes'
+// drained expiry (minInboxExpiry) with d, so that a test sees a killed
+// owner's inboxes go within seconds.
+func WithInboxExpiryFloor(d time.Duration) Option {
+	return func(c *config) error {
+		c.hooks.expiryFloor = &d
 		return nil
 	}
 }

@@ -27,8 +27,8 @@ const killedPrefix = "kl"
 // inbox subscriptions set pubsub.ExpireWhenDrained, nothing ever looked at
 // those threads again (no notice of theirs is pending): 9-10 of 10 inboxes
 // were still there 30s after the kill (review h59). Now each inbox goes
-// inboxExpiry after the ack that drained it (3 first waits and 2 TTLs:
-// 13s here), and once the idle windows (1s each) passed only the shared
+// inboxExpiry after the ack that drained it (3 first waits and 2 TTLs,
+// 13s here, with the 10-minute floor lowered for the test), and once the idle windows (1s each) passed only the shared
 // topics are left, as TestThreadFootprint finds after clean ends, and the
 // dead subscriptions' read guards, which expire 10 minutes after their last
 // read.
@@ -130,7 +130,7 @@ func TestWorkerLinger(t *testing.T) {
 		return nil
 	}
 	rt, err := signals.New(b, agent, signals.WithLeaseTTL(procTTL), signals.WithRecoveryInterval(200*time.Millisecond),
-		signals.WithLinger(3*time.Second), signals.WithDedupeWindow(time.Second))
+		signals.WithLinger(3*time.Second), signals.WithDedupeWindow(time.Second), signals.WithInboxExpiryFloor(0))
 	if err != nil {
 		t.Fatal(err)
 	}

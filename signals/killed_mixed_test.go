@@ -22,9 +22,12 @@ const mixedPrefix = "km"
 // signals of a thread are sent by any process. Here the owner is on a
 // plain redisstreams Backend and the sender goes through a wrapper without
 // pubsub.GroupPublisher or BatchPublisher (plainWrap): its plain Publish
-// leaves the expiry the dead owner's ack set, and the inbox expires with
-// the accepted signal unread, as in TestKilledOwnerWrappedKeepsSignal
-// (review h63).
+// leaves the expiry the dead owner's ack set. With an expiry of 3 first
+// waits and 2 TTLs (13s here) the inbox expired with the accepted signal
+// unread (review h63: failed 2 of 2). The expiry is now at least 10
+// minutes (minInboxExpiry), so the signal survives this 16s outage and a
+// runtime that comes back runs it; one that comes back only after the
+// floor finds it gone (signals doc, "What a thread leaves behind").
 func TestKilledOwnerMixedSenderKeepsSignal(t *testing.T) {
 	srv, c := startRedis(t)
 	ctx := context.Background()
@@ -80,7 +83,8 @@ func TestKilledOwnerMixedSenderKeepsSignal(t *testing.T) {
 	}
 	t.Logf("Send: %v, %v after the ack", acc.Action, time.Since(acked).Round(time.Millisecond))
 
-	// Past the inbox expiry of the dead owner's ack (13s here).
+	// Past 3 first waits and 2 TTLs after the dead owner's ack (13s
+	// here), within the floor.
 	time.Sleep(time.Until(acked.Add(16 * time.Second)))
 	n, err := c.XLen(ctx, inbox).Result()
 	if err != nil {

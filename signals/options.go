@@ -148,6 +148,7 @@ type testHooks struct {
 	beforeRelease func(thread string) // unsubscribed, still holding the lease
 	beforeHandOff func(thread string) // a delivery taken for the next run, before TransferLease
 	beforeAdopt   func(thread string) // a try found the lease held by a remembered late run, before it takes it over
+	expiryFloor   *time.Duration      // replaces minInboxExpiry
 }
 
 // WithLeaseTTL sets the TTL of thread leases (default DefaultLeaseTTL). A

@@ -707,10 +707,24 @@ func inboxAckDeadline(ttl time.Duration) time.Duration {
 // behind. It is three first waits (the longest a tenure lingers after its
 // last ack is the linger time, plus the first wait when a Send that started
 // it was still storing its signal) and two lease TTLs: a live tenure has
-// ended, and deleted the inbox itself, well before.
+// ended, and deleted the inbox itself, well before. It is at least
+// minInboxExpiry.
 func inboxExpiry(c config) time.Duration {
-	return 3*firstWait(c) + 2*c.ttl
+	floor := minInboxExpiry
+	if c.hooks.expiryFloor != nil {
+		floor = *c.hooks.expiryFloor
+	}
+	return max(3*firstWait(c)+2*c.ttl, floor)
 }
+
+// minInboxExpiry is the shortest inboxExpiry, as long as a dead member's
+// read guard stays (redisstreams). A signal stored with a plain Publish (a
+// sender whose pubsub, a wrapper, has neither pubsub.BatchPublisher nor
+// pubsub.GroupPublisher; a process of a version before the expiry) does not
+// take the expiry back, and a tenure's first read of it does: such a signal
+// is lost only when nothing reads it for that long after its owner was
+// killed (TestKilledOwnerMixedSenderKeepsSignal: a 16s outage, kept).
+const minInboxExpiry = 10 * time.Minute
 
 // groupPublishes reports whether publishSignal stores a signal on ps with
 // its group (pubsub.BatchPublisher's Publication.Group or

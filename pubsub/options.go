@@ -248,16 +248,17 @@ func ReadOnDemand() SubscribeOption {
 // published otherwise is not deleted while the subscription holds it. A
 // group created on the topic later (another group subscription) cancels it
 // too, in the same step as its creation: the events it is given are not
-// deleted under it.
+// deleted under it. A subscription that creates the topic (Subscribe before
+// any event was published) sets the deletion at once: the topic is drained.
 //
 // It is for topics that only PublishFor writes and that a process killed
 // while it holds them must not leave behind for ever, such as the signals
 // runtime's thread inboxes: a subscriber that stops normally deletes such a
 // topic itself (DrainedDeleter), one that is killed cannot. A Publish
 // without a group does not cancel the deletion: an event published so
-// after the drain may be deleted with the topic before it is read. Pick ttl longer
-// than the subscriber stays subscribed to a drained topic, or the topic may
-// vanish under it (nothing unread is lost: a group read finds its group
+// after the drain may be deleted with the topic before it is read. Pick
+// ttl longer than the subscriber stays subscribed to a drained topic, or
+// the topic may vanish under it (nothing unread is lost: a group read finds its group
 // missing and makes it again, as after a DrainedDeleter deletion). A
 // backend whose topics live no longer than its process (inmem) ignores
 // the option. It requires Group; ttl must be positive.

@@ -91,9 +91,17 @@ type Options struct {
 	// no publish for that long (the expiry is pushed back on each publish).
 	// The whole stream goes, with its groups and their unacked entries: it
 	// is not a trim and does not respect Retention. A new consumer group
-	// on a stream with one group and nothing pending, and a read of a pubsub.ExpireWhenDrained subscription that returns
-	// entries from a stream with an expiry, push it back too. At least 1ms.
-	// Default 0: streams never expire.
+	// on a stream with one group and nothing pending, and a read of a
+	// pubsub.ExpireWhenDrained subscription that returns entries from a
+	// stream with an expiry, push it back too. Give every Backend that
+	// publishes to or reads a stream the same StreamIdleTTL: a PublishFor,
+	// such a new group or such a read through a Backend without it removes
+	// the stream's expiry (each takes back what may be a drained expiry,
+	// pubsub.ExpireWhenDrained, and cannot tell it from an idle one), and
+	// the stream is then kept until a publish through a Backend with it
+	// (review h64; taking back less would risk deleting a drained expiry's
+	// stream with entries in it). At least 1ms. Default 0: streams never
+	// expire.
 	StreamIdleTTL time.Duration
 	// MaxEventSize is the largest encoded event Publish accepts, in bytes;
 	// larger events are rejected with an error wrapping pubsub.ErrInvalid.

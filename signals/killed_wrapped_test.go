@@ -42,12 +42,24 @@ const wrappedPrefix = "kw"
 // took the thread over. Now the runtime asks for the expiry only on a
 // pubsub whose signal publishes remove it.
 func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
+	killedOwnerKeepsSignal(t, wrappedPrefix, "linger-wrapped", "TestWorkerLingerWrapped", true)
+}
+
+// killedOwnerKeepsSignal runs a worker process (workerTest, in mode) that
+// owns thread t0 under prefix and lingers on its drained inbox, SIGKILLs it
+// once its ack is written, and Sends signal "late" to t0 from a runtime
+// behind plainWrap (Forwarded: the dead owner's lease is still held) that
+// closes right after. 16s after the ack (past 3 first waits and 2 TTLs,
+// 13s here) the inbox must still hold the signal, and a runtime started
+// then (behind plainWrap with wrapLater) must run it.
+func killedOwnerKeepsSignal(t *testing.T, prefix, mode, workerTest string, wrapLater bool) {
+	t.Helper()
 	srv, c := startRedis(t)
 	ctx := context.Background()
-	w := startWorker(t, srv.URL(), workerCfg{ID: "k", Mode: "linger-wrapped", Test: "TestWorkerLingerWrapped"})
+	w := startWorker(t, srv.URL(), workerCfg{ID: "k", Mode: mode, Test: workerTest})
 	w.expect(t, "ready", 30*time.Second)
 	w.expect(t, "lingering", 30*time.Second)
-	inbox := wrappedPrefix + ":{" + signals.InboxTopic("t0") + "}"
+	inbox := prefix + ":{" + signals.InboxTopic("t0") + "}"
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		p, err := c.XPending(ctx, inbox, signals.InboxGroup).Result()
 		if err != nil {
@@ -64,14 +76,18 @@ func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
 	acked := time.Now()
 	w.signal(t, syscall.SIGKILL)
 
-	newRuntime := func(agent signals.Agent) *signals.Runtime {
+	newRuntime := func(agent signals.Agent, wrap bool) *signals.Runtime {
 		t.Helper()
-		b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: wrappedPrefix})
+		b, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = b.Close() })
-		rt, err := signals.New(plainWrap{b, b}, agent, signals.WithLeaseTTL(procTTL),
+		var ps pubsub.PubSub = b
+		if wrap {
+			ps = plainWrap{b, b}
+		}
+		rt, err := signals.New(ps, agent, signals.WithLeaseTTL(procTTL),
 			signals.WithRecoveryInterval(200*time.Millisecond), signals.WithLinger(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -80,9 +96,10 @@ func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
 		return rt
 	}
 	idle := func(ctx context.Context, run *signals.Run) error { return nil }
-	// A sender that goes away right after its Send: the thread is still
-	// the dead worker's (its lease lapses procTTL after its last renewal).
-	sender := newRuntime(idle)
+	// A wrapped sender that goes away right after its Send: the thread is
+	// still the dead worker's (its lease lapses procTTL after its last
+	// renewal).
+	sender := newRuntime(idle, true)
 	acc, err := sender.Send(ctx, "t0", signals.Signal{ID: "late", Type: "msg"})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +109,7 @@ func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
 	}
 	t.Logf("Send: %v, %v after the ack", acc.Action, time.Since(acked).Round(time.Millisecond))
 
-	// Past the inbox expiry of the dead owner's ack (13s here).
+	// Past 3 first waits and 2 TTLs after the dead owner's ack (13s here).
 	time.Sleep(time.Until(acked.Add(16 * time.Second)))
 	n, err := c.XLen(ctx, inbox).Result()
 	if err != nil {
@@ -107,7 +124,7 @@ func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
 			ran <- s.ID
 		}
 		return nil
-	})
+	}, wrapLater)
 	select {
 	case id := <-ran:
 		if id != "late" {
@@ -123,17 +140,29 @@ func TestKilledOwnerWrappedKeepsSignal(t *testing.T) {
 // on thread t0 with a 3s linger time, says "lingering" once it ran, and
 // waits to be killed.
 func TestWorkerLingerWrapped(t *testing.T) {
-	if os.Getenv(workerEnv) != "linger-wrapped" {
-		t.Skip("only runs as a worker process of TestKilledOwnerWrappedKeepsSignal")
+	lingerOneWorker(t, "linger-wrapped", wrappedPrefix, true)
+}
+
+// lingerOneWorker is the worker of killedOwnerKeepsSignal, when the
+// environment selects mode: on a Backend under prefix (behind plainWrap
+// with wrap) it runs one signal on thread t0 with a 3s linger time, says
+// "lingering" once it ran, and waits to be killed.
+func lingerOneWorker(t *testing.T, mode, prefix string, wrap bool) {
+	if os.Getenv(workerEnv) != mode {
+		t.Skip("only runs as a worker process of the killed-owner tests (mode " + mode + ")")
 	}
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(3)
 	}()
 	ctx := context.Background()
-	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL"), redisstreams.Options{Prefix: wrappedPrefix})
+	b, err := redisstreams.NewURL(ctx, os.Getenv("W_URL"), redisstreams.Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var ps pubsub.PubSub = b
+	if wrap {
+		ps = plainWrap{b, b}
 	}
 	ran := make(chan string, 1)
 	agent := func(ctx context.Context, run *signals.Run) error {
@@ -142,7 +171,7 @@ func TestWorkerLingerWrapped(t *testing.T) {
 		}
 		return nil
 	}
-	rt, err := signals.New(plainWrap{b, b}, agent, signals.WithLeaseTTL(procTTL), signals.WithRecoveryInterval(200*time.Millisecond),
+	rt, err := signals.New(ps, agent, signals.WithLeaseTTL(procTTL), signals.WithRecoveryInterval(200*time.Millisecond),
 		signals.WithLinger(3*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -130,7 +130,10 @@
 // the same script as its XADD (lua/publish_for.lua), as does the
 // subscription's read that returns entries (lua/read.lua); a subscription
 // that creates its stream (it had none) sets the expiry on it as it creates
-// it (lua/create_group.lua: TestExpireWhenDrainedNewStreamExpires), so the signals
+// it (lua/create_group.lua: TestExpireWhenDrainedNewStreamExpires), and a
+// claim that finds its entry deleted (Redis 7 drops such an entry from the
+// pending list with no XACK) checks the stream in the same way
+// (TestExpireWhenDrainedGoneAcks, TestExpireWhenDrainedNackedGone), so the signals
 // runtime's inboxes go even when the process that held them was killed
 // (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
 // expire with their lease; each lease key's fencing counter and state

@@ -717,7 +717,7 @@ func (g *groupSub) recoverLost(chk *redis.XPendingExtCmd, res []redis.XStream, n
 		kept = append(kept, m)
 	}
 	if len(gone) > 0 {
-		_ = g.s.b.client.XAck(g.ctx, g.key, g.group, gone...).Err()
+		_ = g.ackGone(g.ctx, gone)
 	}
 	return kept, reserved, true
 }
@@ -1436,7 +1436,12 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	}
 	if minIdle > 0 {
 		// Under a minimum idle time XCLAIM also skips entries that became
-		// busy again since XPENDING: those are not gone.
+		// busy again since XPENDING: those are not gone. But one it
+		// skipped may have been deleted, and dropped from the pending
+		// list by the XCLAIM itself (Redis 7), with no ack.
+		if len(claimed) < len(ids) {
+			g.checkDrained(ctx)
+		}
 		return used, nil
 	}
 	var gone []string
@@ -1446,11 +1451,44 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 	}
 	if len(gone) > 0 {
-		if err := g.s.b.client.XAck(ctx, g.key, g.group, gone...).Err(); err != nil && !isNoGroup(err) {
+		if err := g.ackGone(ctx, gone); err != nil && !isNoGroup(err) {
 			g.s.b.opts.Logger.Warn("redisstreams: ack of deleted pending entries failed", "topic", g.topic, "group", g.group, "err", err)
 		}
 	}
 	return used, nil
+}
+
+// ackGone acks gone, entries pending in g's group that were deleted
+// (trimmed) before a member ran them: one XACK, or, for a
+// pubsub.ExpireWhenDrained subscription, delete_drained.lua's ack mode, as
+// the acker sends that subscription's acks, so that an ack of a deleted
+// entry that leaves the stream drained sets its expiry too
+// (TestExpireWhenDrainedGoneAcks). It waits for the answer or for the
+// client to give up.
+func (g *groupSub) ackGone(ctx context.Context, gone []string) error {
+	if g.cfg.ExpireWhenDrained <= 0 {
+		return g.s.b.client.XAck(ctx, g.key, g.group, gone...).Err()
+	}
+	argv := make([]any, 0, 2+len(gone))
+	argv = append(argv, g.group, max(g.cfg.ExpireWhenDrained.Milliseconds(), 1))
+	for _, id := range gone {
+		argv = append(argv, id)
+	}
+	c := newCall(ctx, deleteDrainedScript, []string{g.key}, argv...)
+	g.s.b.sendCall(ctx, c)
+	return c.cmd.Err()
+}
+
+// checkDrained sets g's stream to expire when it is drained, for a
+// pubsub.ExpireWhenDrained subscription (delete_drained.lua's ack mode with
+// no id), after an XCLAIM of g did not return an entry it asked for: Redis 7
+// drops a deleted (trimmed) entry from the pending list in XCLAIM itself,
+// with no XACK, which can leave the stream drained with no ack to set the
+// expiry (TestExpireWhenDrainedGoneAcks). Otherwise it does nothing.
+func (g *groupSub) checkDrained(ctx context.Context) {
+	if g.cfg.ExpireWhenDrained > 0 {
+		_ = g.ackGone(ctx, nil)
+	}
 }
 
 // undoClaim puts the entries msgs of a claim the replicas did not
@@ -1695,6 +1733,9 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 			return
 		}
 		if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
+			if err == nil {
+				g.checkDrained(g.ctx)
+			}
 			return
 		}
 		g.mu.Lock()
@@ -1837,12 +1878,14 @@ func (g *groupSub) retryLoop() {
 			}
 			_, _ = pipe.Exec(g.ctx)
 			stopping := g.ctx.Err() != nil
+			missed := false
 			for i, m := range batch {
 				msgs, err := cmds[i].Result()
 				if err != nil || len(msgs) == 0 || msgs[0].Values == nil {
 					if !stopping {
 						g.forget(m.id)
 					} // else: still waiting, for cleanup to hand back
+					missed = missed || err == nil
 					g.tokens <- struct{}{}
 					continue
 				}
@@ -1853,6 +1896,9 @@ func (g *groupSub) retryLoop() {
 				m.waiting, m.started, m.timer = false, false, nil
 				g.mu.Unlock()
 				g.ch <- m
+			}
+			if missed && !stopping {
+				g.checkDrained(g.ctx)
 			}
 			clear(batch)
 		}

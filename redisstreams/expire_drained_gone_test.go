@@ -1,0 +1,178 @@
+package redisstreams
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/pubsub"
+)
+
+// TestExpireWhenDrainedGoneAcks: a pubsub.ExpireWhenDrained subscription
+// that takes over an entry pending on a dead member and finds it deleted
+// (trimmed, XDEL) acks it in the step that sets the drained stream's
+// expiry, as the acker's acks do. Before, that ack was a bare XACK: a
+// stream drained by it stayed for ever once its subscribers were gone.
+func TestExpireWhenDrainedGoneAcks(t *testing.T) {
+	redistest.ForEachDeployment(t, func(t *testing.T, d *redistest.Deployed) {
+		const (
+			ttl   = 500 * time.Millisecond
+			group = "owner"
+			topic = "gone"
+		)
+		c := d.NewClient(t)
+		b := psBackend(t, c, Options{})
+		ctx := context.Background()
+		key := b.keys.Stream(topic)
+		// A member of an earlier process took the entry and died; the
+		// entry was deleted before anyone ran it.
+		if err := c.XGroupCreateMkStream(ctx, key, group, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"x", "y"}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "dead", Streams: []string{key, ">"}, Count: 1}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.XDel(ctx, key, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan string, 1)
+		sub, err := b.Subscribe(ctx, topic, func(_ context.Context, ev pubsub.Event) error {
+			ran <- ev.ID
+			return nil
+		}, pubsub.Group(group), pubsub.StartFrom(pubsub.Earliest), pubsub.AckDeadline(100*time.Millisecond),
+			pubsub.ExpireWhenDrained(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe(context.Background()) }()
+		var last string
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			p, err := c.XPending(ctx, key, group).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := c.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			exists, err := c.Exists(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exists == 0 || (p.Count == 0 && ms > 0) {
+				break // the expiry is set (or has already run)
+			}
+			last = time.Now().Format(time.RFC3339Nano) + fmt.Sprintf(": pending %d, pttl %v", p.Count, ms)
+			if time.Now().After(deadline) {
+				t.Fatalf("the deleted entry's takeover left the drained stream with no expiry within 10s (%s)", last)
+			}
+			if d.FastForward != nil {
+				d.FastForward(50 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		select {
+		case id := <-ran:
+			t.Fatalf("the deleted entry ran (%s)", id)
+		default:
+		}
+		// The subscription is gone, the stream goes after its expiry.
+		if err := sub.Unsubscribe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			n, err := c.Exists(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the drained stream is still there 10s after its subscription left")
+			}
+			if d.FastForward != nil {
+				d.FastForward(100 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// TestExpireWhenDrainedNackedGone: an entry nacked by a
+// pubsub.ExpireWhenDrained subscription and deleted while it waits out its
+// redelivery delay is dropped from the pending list by the claim that would
+// have run it again (Redis 7), with no ack: the subscription then checks the
+// stream and sets its drained expiry, as an ack would have.
+func TestExpireWhenDrainedNackedGone(t *testing.T) {
+	redistest.ForEachDeployment(t, func(t *testing.T, d *redistest.Deployed) {
+		const (
+			ttl   = 500 * time.Millisecond
+			group = "owner"
+			topic = "nacked"
+		)
+		c := d.NewClient(t)
+		b := psBackend(t, c, Options{})
+		ctx := context.Background()
+		key := b.keys.Stream(topic)
+		nacked := make(chan string, 4)
+		sub, err := b.Subscribe(ctx, topic, func(_ context.Context, ev pubsub.Event) error {
+			nacked <- ev.ID
+			return fmt.Errorf("nack %s", ev.ID)
+		}, pubsub.Group(group), pubsub.StartFrom(pubsub.Earliest), pubsub.RedeliveryDelay(time.Second),
+			pubsub.ExpireWhenDrained(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe(context.Background()) }()
+		if err := b.PublishFor(ctx, topic, group, pubsub.Event{ID: "e1", Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-nacked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("e1 not delivered within 10s")
+		}
+		// Deleted while it waits for its redelivery.
+		ids, err := c.XRange(ctx, key, "-", "+").Result()
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("XRANGE: %v %v", ids, err)
+		}
+		if err := c.XDel(ctx, key, ids[0].ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			p, err := c.XPending(ctx, key, group).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := c.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Count == 0 && ms > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the nacked entry's deletion left the stream with no expiry within 10s: pending %d, pttl %v", p.Count, ms)
+			}
+			if d.FastForward != nil {
+				d.FastForward(50 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		select {
+		case id := <-nacked:
+			t.Fatalf("the deleted entry ran again (%s)", id)
+		default:
+		}
+	})
+}

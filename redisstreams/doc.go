@@ -133,7 +133,9 @@
 // it (lua/create_group.lua: TestExpireWhenDrainedNewStreamExpires), and a
 // claim that finds its entry deleted (Redis 7 drops such an entry from the
 // pending list with no XACK) checks the stream in the same way
-// (TestExpireWhenDrainedGoneAcks, TestExpireWhenDrainedNackedGone), so the signals
+// (TestExpireWhenDrainedGoneAcks, TestExpireWhenDrainedNackedGone), as does
+// the ack of a dead-lettered entry sent outside the acker
+// (TestExpireWhenDrainedDeadLetterAck), so the signals
 // runtime's inboxes go even when the process that held them was killed
 // (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
 // expire with their lease; each lease key's fencing counter and state

@@ -2,7 +2,10 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,4 +178,59 @@ func TestExpireWhenDrainedNackedGone(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// TestExpireWhenDrainedDeadLetterAck: the ack of an entry dead-lettered
+// while the replicas did not acknowledge the dead letter goes outside the
+// acker (ackIfDead, only while the dead letter is on the master); when it
+// leaves a pubsub.ExpireWhenDrained subscription's stream drained, it sets
+// the stream's expiry too.
+func TestExpireWhenDrainedDeadLetterAck(t *testing.T) {
+	st := redistest.StartSentinel(t, 1)
+	b := psBackend(t, st.Client(t), Options{PublishSyncReplicas: 1, PublishSyncTimeout: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := t.Context()
+	master := st.Master().Client(t)
+	const (
+		topic = "expire-dead-ack"
+		group = "g"
+	)
+	awaitSynced(t, b, topic)
+	replica := replicaOf(t, st)
+	var once sync.Once
+	paused := make(chan struct{})
+	sub, err := b.Subscribe(ctx, topic, func(ctx context.Context, ev pubsub.Event) error {
+		once.Do(func() { replica.Pause(t); close(paused) })
+		return errors.New("fails: dead-lettered (MaxDeliveries 1)")
+	}, pubsub.Group(group), pubsub.MaxDeliveries(1), pubsub.ExpireWhenDrained(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	if err := b.PublishFor(ctx, topic, group, pubsub.Event{ID: "e1", Type: "t"}); err != nil && !errors.Is(err, ErrNotReplicated) {
+		t.Fatal(err)
+	}
+	select {
+	case <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("e1 not run")
+	}
+	defer replica.Resume(t)
+	key := b.keys.Stream(topic)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		p, err := master.XPending(ctx, key, group).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := master.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Count == 0 && ms > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead-lettered entry's ack left the stream with no expiry within 10s: pending %d, pttl %v", p.Count, ms)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -752,7 +752,11 @@ func (g *groupSub) ackDelivered(id string, n *deadNote) {
 	if err != nil || res < 0 {
 		g.s.b.opts.Logger.Warn("redisstreams: entry not acked: its unacknowledged dead letter is not on the master (lost in a failover?) or the ack failed; it is redelivered after the ack deadline",
 			"topic", g.topic, "id", id, "dead", n.id, "err", err)
+		return
 	}
+	// An ack that leaves the stream drained sets its expiry, as the
+	// acker's do (TestExpireWhenDrainedDeadLetterAck).
+	g.checkDrained(ctx)
 }
 
 // deadLetterUndecodable dead-letters the stream entry id of topic, which

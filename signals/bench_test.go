@@ -48,13 +48,19 @@ func benchRuntime(b *testing.B, srv *redistest.Server, id string, agent signals.
 // client before any use.
 func benchRuntimeHook(b *testing.B, srv *redistest.Server, id string, hook redis.Hook, agent signals.Agent, opts ...signals.Option) *signals.Runtime {
 	b.Helper()
+	return benchRuntimeWith(b, srv, id, hook, redisstreams.Options{}, agent, opts...)
+}
+
+// benchRuntimeWith is benchRuntimeHook on a backend built with ro.
+func benchRuntimeWith(b *testing.B, srv *redistest.Server, id string, hook redis.Hook, ro redisstreams.Options, agent signals.Agent, opts ...signals.Option) *signals.Runtime {
+	b.Helper()
 	o := srv.ClientOptions()
 	o.PoolSize = benchPoolSize
 	c := redis.NewClient(o)
 	if hook != nil {
 		c.AddHook(hook)
 	}
-	be, err := redisstreams.New(c, redisstreams.Options{})
+	be, err := redisstreams.New(c, ro)
 	if err != nil {
 		_ = c.Close()
 		b.Fatal(err)
@@ -262,7 +268,19 @@ func BenchmarkSendForwarded(b *testing.B) {
 // until every wake notice was acked too (the work that a signal leaves
 // behind it), and the log has redis-server's commands and CPU per signal
 // over that time.
-func BenchmarkSignalsThroughput(b *testing.B) {
+func BenchmarkSignalsThroughput(b *testing.B) { benchSignalsThroughput(b, redisstreams.Options{}) }
+
+// BenchmarkSignalsThroughputStreamIdleTTL is BenchmarkSignalsThroughput on
+// backends built with redisstreams.Options.StreamIdleTTL (an hour: it never
+// runs out here), for what the option costs per signal: every publish, and
+// every inbox read that returns signals, sets the stream's expiry.
+func BenchmarkSignalsThroughputStreamIdleTTL(b *testing.B) {
+	benchSignalsThroughput(b, redisstreams.Options{StreamIdleTTL: time.Hour})
+}
+
+// benchSignalsThroughput is BenchmarkSignalsThroughput's body, on backends
+// built with ro.
+func benchSignalsThroughput(b *testing.B, ro redisstreams.Options) {
 	const (
 		threads  = 1000
 		runtimes = 3
@@ -329,7 +347,7 @@ func BenchmarkSignalsThroughput(b *testing.B) {
 	trips := &redistest.RoundTrips{}
 	rts := make([]*signals.Runtime, runtimes)
 	for i := range rts {
-		rts[i] = benchRuntimeHook(b, srv, fmt.Sprint("tp-", i), trips, agent, signals.WithObserver(observe))
+		rts[i] = benchRuntimeWith(b, srv, fmt.Sprint("tp-", i), trips, ro, agent, signals.WithObserver(observe))
 	}
 	// Warm-up: every runtime's connections and the lease script, on threads
 	// outside the measured set (their signals are not counted).

@@ -117,6 +117,56 @@ func (rt *Runtime) noteHeld(thread, signal string, received, lapse, noted time.T
 	}
 }
 
+// noteDone records that a notice of signal, first received at received,
+// was found done in the thread's done record while this process has no
+// tenure of the thread, when the watch has no entry for the thread: an
+// entry due a lease TTL from now, when the lease of the run that recorded
+// the signal has lapsed if its process died (it wrote the record while it
+// held the lease). Its try finds nothing waiting, and goes, unless that
+// process died (or was cut off for good) after writing the record and
+// before its backend wrote the inbox entry's ack: then the entry is still
+// pending on the dead consumer, the inbox is not drained and gets no
+// expiry (pubsub.ExpireWhenDrained), and once this notice is acked nothing
+// else names the thread; the try takes the free thread, whose tenure
+// claims the entry, finds it done, acks it and deletes the drained inbox
+// (review h65: TestReviewH65CutAfterRecordLeavesInbox, where the inbox
+// stayed for ever). Only on a pubsub.BacklogReader, whose backlog tells
+// (without it the try would find the noted signal done and do nothing).
+func (rt *Runtime) noteDone(thread, signal string, received time.Time) {
+	if rt.br == nil || rt.lapse.done == nil {
+		return
+	}
+	rt.mu.Lock()
+	local := rt.sessions[thread] != nil
+	rt.mu.Unlock()
+	if local {
+		return // this process's tenure reads the inbox, and tidies it
+	}
+	now := time.Now()
+	at := now.Add(rt.cfg.ttl + lapseMargin)
+	w := &rt.lapse
+	w.mu.Lock()
+	if w.entries[thread] != nil {
+		// Already watched (a notice found the thread held): its try
+		// reads the backlog as this one would.
+		w.mu.Unlock()
+		return
+	}
+	if w.entries == nil {
+		w.entries = make(map[string]*lapseEntry)
+	}
+	w.entries[thread] = &lapseEntry{at: at, noted: now, signal: signal, received: received}
+	heap.Push(&w.q, lapseItem{at: at, thread: thread})
+	first := w.q[0].thread == thread
+	w.mu.Unlock()
+	if first {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // lapseTake takes out the entries due at now and returns them, and when the
 // next one is due (zero: none left).
 func (w *lapseWatch) lapseTake(now time.Time) (due []lapseDue, next time.Time) {

@@ -1209,7 +1209,14 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 		if err != nil {
 			return err
 		}
-		if done || rt.settledByTenures(thread, received) {
+		if done {
+			// Its run's process may have died before its inbox ack was
+			// written: look at the inbox once that run's lease lapsed
+			// (noteDone).
+			rt.noteDone(thread, id, received)
+			return nil
+		}
+		if rt.settledByTenures(thread, received) {
 			return nil
 		}
 		if !time.Now().Before(tryAt) {

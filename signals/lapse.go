@@ -64,12 +64,16 @@ type lapseEntry struct {
 	noted    time.Time // when a notice's try last found the thread held
 	signal   string    // that notice's signal
 	received time.Time // when this process first received that notice
+	// doneOnly: made by noteDone, and no notice found the thread held
+	// since: its one try ends the entry (a holder found then is alive).
+	doneOnly bool
 }
 
 // lapseDue is an entry whose time came, taken out of the watch.
 type lapseDue struct {
 	thread, signal  string
 	noted, received time.Time
+	doneOnly        bool
 }
 
 // lapseMargin is added to a lapse time: the try comes just after the lease
@@ -105,6 +109,7 @@ func (rt *Runtime) noteHeld(thread, signal string, received, lapse, noted time.T
 		// back at this one (lapseTake).
 		e.at = at
 	}
+	e.doneOnly = false
 	if noted.After(e.noted) {
 		e.noted, e.signal, e.received = noted, signal, received
 	}
@@ -130,8 +135,11 @@ func (rt *Runtime) noteHeld(thread, signal string, received, lapse, noted time.T
 // else names the thread; the try takes the free thread, whose tenure
 // claims the entry, finds it done, acks it and deletes the drained inbox
 // (review h65: TestReviewH65CutAfterRecordLeavesInbox, where the inbox
-// stayed for ever). Only on a pubsub.BacklogReader, whose backlog tells
-// (without it the try would find the noted signal done and do nothing).
+// stayed for ever). A holder found then is alive (its lease was renewed
+// since the record), or a new tenure that claims what was left pending: the
+// entry goes, and is not moved to that holder's lapse. Only on a
+// pubsub.BacklogReader, whose backlog tells (without it the try would find
+// the noted signal done and do nothing).
 func (rt *Runtime) noteDone(thread, signal string, received time.Time) {
 	if rt.br == nil || rt.lapse.done == nil {
 		return
@@ -155,7 +163,7 @@ func (rt *Runtime) noteDone(thread, signal string, received time.Time) {
 	if w.entries == nil {
 		w.entries = make(map[string]*lapseEntry)
 	}
-	w.entries[thread] = &lapseEntry{at: at, noted: now, signal: signal, received: received}
+	w.entries[thread] = &lapseEntry{at: at, noted: now, signal: signal, received: received, doneOnly: true}
 	heap.Push(&w.q, lapseItem{at: at, thread: thread})
 	first := w.q[0].thread == thread
 	w.mu.Unlock()
@@ -183,7 +191,7 @@ func (w *lapseWatch) lapseTake(now time.Time) (due []lapseDue, next time.Time) {
 			continue
 		}
 		delete(w.entries, it.thread)
-		due = append(due, lapseDue{thread: it.thread, signal: e.signal, noted: e.noted, received: e.received})
+		due = append(due, lapseDue{thread: it.thread, signal: e.signal, noted: e.noted, received: e.received, doneOnly: e.doneOnly})
 	}
 	if len(w.q) > 0 {
 		next = w.q[0].at
@@ -242,6 +250,12 @@ func (rt *Runtime) lapseTry(d lapseDue) {
 	case err != nil:
 	case s != nil:
 		s.kick()
+	case d.doneOnly:
+		// noteDone's try: the lease of the run that recorded the signal
+		// has lapsed by now unless it was renewed, so a holder is alive
+		// (or a new tenure, which claims what was left pending): it
+		// tidies the inbox. Not followed, so that a busy thread's
+		// settled notices cost one try each per TTL, not one per renewal.
 	case told || time.Since(d.noted) < max(rt.cfg.ttl, 2*rt.cfg.recovery):
 		rt.noteHeld(d.thread, d.signal, d.received, h.lapse, d.noted)
 	}

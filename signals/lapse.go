@@ -154,9 +154,18 @@ func (rt *Runtime) noteDone(thread, signal string, received time.Time) {
 	at := now.Add(rt.cfg.ttl + lapseMargin)
 	w := &rt.lapse
 	w.mu.Lock()
-	if w.entries[thread] != nil {
-		// Already watched (a notice found the thread held): its try
-		// reads the backlog as this one would.
+	if e := w.entries[thread]; e != nil {
+		// Already watched. An entry that follows a holder's lapse (a
+		// notice found the thread held) reads the backlog as this one
+		// would, at the latest when the holder's lease lapses. An
+		// earlier noteDone's is moved to this one's time, as noteHeld
+		// moves one to a later lapse (lapseTake puts its item back):
+		// due earlier, it could find the lease of the run that recorded
+		// this signal still held, by a process that died since.
+		if e.doneOnly && at.After(e.at) {
+			e.at = at
+			e.noted, e.signal, e.received = now, signal, received
+		}
 		w.mu.Unlock()
 		return
 	}

@@ -50,7 +50,10 @@ type holderInfo struct {
 // after the last notice that found the thread held, and a holder that
 // releases the thread meanwhile leaves it to one Recovered tenure, which
 // finds nothing and ends (TestLapseEntryWhenBacklogUntold); the heap holds
-// one item per entry (TestLapseQueueOneItemPerEntry).
+// one item per entry (TestLapseQueueOneItemPerEntry). A notice found done
+// by a process without a tenure of the thread adds an entry too (noteDone),
+// due a TTL later, which makes one try and goes: one per thread with such
+// notices in the last TTL.
 type lapseWatch struct {
 	mu      sync.Mutex
 	entries map[string]*lapseEntry

@@ -81,7 +81,7 @@ func TestAckerStress(t *testing.T) {
 						n := 1 + rand.IntN(7)
 						from := j
 						for ; j < per && j < from+n; j++ {
-							a.add(keys[i], "g", ids[i][j], 0)
+							a.add(keys[i], "g", ids[i][j], 0, nil)
 						}
 						fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 						err := a.flush(fctx, keys[i])
@@ -137,7 +137,7 @@ func TestAckerCloseRace(t *testing.T) {
 		for w := range 4 {
 			wg.Go(func() {
 				for j := w; j < len(ids); j += 4 {
-					a.add(key, "g", ids[j], 0)
+					a.add(key, "g", ids[j], 0, nil)
 					if j%16 == 0 {
 						_ = a.flush(context.Background(), key)
 					}

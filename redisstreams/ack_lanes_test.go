@@ -200,7 +200,7 @@ func BenchmarkAck(b *testing.B) {
 	b.Run("Lone", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			a.add(keys[i%len(keys)], "g", "0-1", 0)
+			a.add(keys[i%len(keys)], "g", "0-1", 0, nil)
 			if err := a.flush(ctx, ""); err != nil {
 				b.Fatal(err)
 			}
@@ -212,7 +212,7 @@ func BenchmarkAck(b *testing.B) {
 		b.SetParallelism(8)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				a.add(keys[n.Add(1)%int64(len(keys))], "g", "0-1", 0)
+				a.add(keys[n.Add(1)%int64(len(keys))], "g", "0-1", 0, nil)
 			}
 		})
 		if err := a.flush(ctx, ""); err != nil {

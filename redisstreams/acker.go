@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/ackhook"
 )
 
 // acker writes the acks of group deliveries in batches, per lane (laneOf:
@@ -79,6 +81,7 @@ const ackCloseGrace = 10 * time.Second
 type ackReq struct {
 	key, group, id string
 	expire         time.Duration
+	hook           *ackhook.Hook // fired once the ack is finished; may be nil
 }
 
 // ackRef names the entry an ackReq acks (acker.held).
@@ -94,18 +97,23 @@ func (a *acker) init(b *Backend) {
 }
 
 // add queues the ack of entry id of stream key in group (with expire
-// positive, pubsub.ExpireWhenDrained's), and starts its
+// positive, pubsub.ExpireWhenDrained's; hook, when not nil, is fired once
+// the ack is finished, written or given up on), and starts its
 // lane's goroutine when the lane had nothing to write. Until the ack is
 // finished (written, or given up on) holds reports it. After close it does
 // nothing: the entry stays pending and is redelivered after its
 // AckDeadline.
-func (a *acker) add(key, group, id string, expire time.Duration) {
+func (a *acker) add(key, group, id string, expire time.Duration, hook *ackhook.Hook) {
 	name := a.b.laneOf(key) // outside mu: it reads the client's map of slots
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.closed {
+		a.mu.Unlock()
+		if hook != nil {
+			hook.Fire() // given up on
+		}
 		return
 	}
+	defer a.mu.Unlock()
 	l := a.lanes[name]
 	if l == nil {
 		l = &ackLane{keys: make(map[string]int), progress: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -113,7 +121,7 @@ func (a *acker) add(key, group, id string, expire time.Duration) {
 		a.wg.Add(1)
 		go a.run(name, l)
 	}
-	r := ackReq{key, group, id, expire}
+	r := ackReq{key, group, id, expire, hook}
 	l.queue = append(l.queue, r)
 	if a.held == nil {
 		a.held = make(map[ackRef]int)
@@ -160,6 +168,11 @@ func (a *acker) run(name string, l *ackLane) {
 			l.queue = nil
 			a.mu.Unlock()
 			a.write(batch)
+			for _, r := range batch {
+				if r.hook != nil {
+					r.hook.Fire()
+				}
+			}
 			a.mu.Lock()
 			for _, r := range batch {
 				if a.held[r.ref()]--; a.held[r.ref()] <= 0 {

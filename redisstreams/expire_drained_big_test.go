@@ -49,7 +49,7 @@ func TestExpireWhenDrainedLargeAckBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range res[0].Messages {
-		b.bus.acks.add(key, group, m.ID, time.Minute)
+		b.bus.acks.add(key, group, m.ID, time.Minute, nil)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

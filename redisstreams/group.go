@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/ackhook"
 	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
@@ -1689,7 +1690,7 @@ func (g *groupSub) handle(m *groupMsg, ev pubsub.Event, note *deadNote) error {
 			g.work()
 		}()
 	}()
-	err := g.p.Handle(context.WithValue(g.ctx, deadNoteKey{}, note), ev)
+	err := g.p.Handle(ackhook.With(context.WithValue(g.ctx, deadNoteKey{}, note), &note.acked), ev)
 	returned = true
 	return err
 }

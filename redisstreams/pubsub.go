@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/internal/ackhook"
 	"github.com/leasebus/leasebus/internal/backoff"
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
@@ -724,7 +725,12 @@ type deadNoteKey struct{}
 // deadNote records, for a group delivery whose handling ctx carries it,
 // the dead letter publishDead counted stored although the replicas did not
 // acknowledge it: the entry's ack must then go through ackIfDead.
-type deadNote struct{ key, id string }
+type deadNote struct {
+	key, id string
+	// acked is fired once the delivery's ack is finished (written, or
+	// given up on): the handler's ctx carries it (internal/ackhook).
+	acked ackhook.Hook
+}
 
 // ackIfDeadScript acks ARGV[2] of KEYS[1] in group ARGV[1] only while the
 // dead letter ARGV[3] is on KEYS[2] (one master: *redis.Client only);
@@ -743,9 +749,10 @@ return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`)
 // path acks before the entry leaves g.inflight.
 func (g *groupSub) ackDelivered(id string, n *deadNote) {
 	if n.id == "" {
-		g.s.acks.add(g.key, g.group, id, g.cfg.ExpireWhenDrained)
+		g.s.acks.add(g.key, g.group, id, g.cfg.ExpireWhenDrained, &n.acked)
 		return
 	}
+	defer n.acked.Fire()
 	ctx, cancel := context.WithTimeout(context.Background(), ackCloseGrace)
 	defer cancel()
 	res, err := ackIfDeadScript.Run(ctx, g.s.b.client, []string{g.key, n.key}, g.group, id, n.id).Int64()

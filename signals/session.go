@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/ackhook"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pubsub"
 )
@@ -42,6 +43,14 @@ type session struct {
 	seenOrder []string
 	seenHead  int
 	waiters   map[string][]chan struct{}
+	// unacked counts, by signal ID, the inbox deliveries this tenure was
+	// given whose ack the backend has not finished (internal/ackhook: on
+	// a backend that tells, redisstreams), and ackWaiters the notice
+	// handlers waiting for that (awaitAck). An entry lives from the
+	// delivery until its ack is written or given up on, or its verdict
+	// was not an ack: milliseconds; the session's end drops the rest.
+	unacked    map[string]int
+	ackWaiters map[string][]chan struct{}
 	// kickedAt holds, by wake notice ID, when kickFor last kicked for a
 	// signal and which sources heard of it since.
 	kickedAt map[string]kickMark
@@ -85,7 +94,26 @@ func (s *session) current() (runID, owner string) {
 
 // handle is the inbox handler: it hands the event to the session and returns
 // the session's verdict once the run that took it is finished with it.
-func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
+//
+// On a backend that tells when it has written a delivery's ack
+// (internal/ackhook), it counts the delivery in s.unacked until then, so
+// that a wake notice of the signal handled in this process is acked only
+// after the inbox entry (awaitAck): a process killed between the two then
+// leaves the notice, which makes a live runtime look at the inbox
+// (noteDone), rather than an inbox entry recorded done, pending on a dead
+// consumer and named by nothing, which kept the inbox for ever (review
+// h65: TestReviewH65OwnNoticeAckBeforeInboxAck).
+func (s *session) handle(ctx context.Context, ev pubsub.Event) (err error) {
+	if hook := ackhook.From(ctx); hook != nil {
+		s.ackStarted(ev.ID)
+		defer func() {
+			if err == nil {
+				hook.Add(func() { s.ackFinished(ev.ID) })
+			} else {
+				s.ackFinished(ev.ID) // no ack of ours to wait for
+			}
+		}()
+	}
 	d := delivery{ev: ev, res: make(chan error, 1)}
 	select {
 	case s.deliveries <- d:
@@ -99,6 +127,54 @@ func (s *session) handle(ctx context.Context, ev pubsub.Event) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// ackStarted counts an inbox delivery of signal id whose ack is to come.
+func (s *session) ackStarted(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unacked == nil {
+		s.unacked = make(map[string]int)
+	}
+	s.unacked[id]++
+}
+
+// ackFinished ends what ackStarted counted: the ack was written or given
+// up on, or none is coming; the last one wakes the waiters.
+func (s *session) ackFinished(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unacked[id]--; s.unacked[id] > 0 {
+		return
+	}
+	delete(s.unacked, id)
+	for _, ch := range s.ackWaiters[id] {
+		close(ch)
+	}
+	delete(s.ackWaiters, id)
+}
+
+// awaitAck waits until no inbox delivery of signal id to this session has
+// an ack unfinished (ackStarted), the session ended, or timeout or closing
+// fire.
+func (s *session) awaitAck(id string, timeout <-chan time.Time, closing <-chan struct{}) {
+	s.mu.Lock()
+	if s.unacked[id] == 0 {
+		s.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	if s.ackWaiters == nil {
+		s.ackWaiters = make(map[string][]chan struct{})
+	}
+	s.ackWaiters[id] = append(s.ackWaiters[id], ch)
+	s.mu.Unlock()
+	select {
+	case <-ch:
+	case <-s.ended:
+	case <-timeout:
+	case <-closing:
 	}
 }
 

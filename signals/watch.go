@@ -152,6 +152,11 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 // when the signal is known to be done, errRetry (a nack, back after the
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
+// followAckWait bounds how long followNotice waits for the inbox ack of a
+// signal this process's tenure ran (session.awaitAck): milliseconds, unless
+// the server stopped answering.
+const followAckWait = time.Second
+
 func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time) error {
 	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
 		return nil
@@ -162,6 +167,10 @@ func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time)
 	if s != nil {
 		s.kickFor(noticeID, byNotice)
 		if s.ranHereNow(id) {
+			// Acked after the inbox entry's ack (session.handle).
+			wait := time.NewTimer(followAckWait)
+			defer wait.Stop()
+			s.awaitAck(id, wait.C, rt.closing)
 			return nil
 		}
 	}

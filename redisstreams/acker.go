@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -249,9 +250,11 @@ func (a *acker) close() error {
 	return nil
 }
 
-// write sends batch, retrying failed XACKs with backoff for a while. An ack
-// that cannot be written leaves its entry pending: it is redelivered after
-// the ack deadline (at-least-once), never lost. The acks of a stream and
+// write sends batch, retrying failed XACKs with backoff: until they are
+// written or the acker's close gives up on them, except those refused with
+// an error reply that stays (ackRetryable), given up after nine tries. An
+// ack that cannot be written leaves its entry pending: it is redelivered
+// after the ack deadline (at-least-once), never lost. The acks of a stream and
 // group with an expiry (pubsub.ExpireWhenDrained) go as one
 // delete_drained.lua call, which sets the expiry when they leave the stream
 // drained.
@@ -311,9 +314,34 @@ func (a *acker) write(batch []ackReq) {
 			continue
 		}
 		if try >= 8 {
-			a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
-				"streams", len(failed), "err", lastErr)
-			return
+			// An error reply that stays (WRONGTYPE, NOPERM) gives up; a
+			// server that cannot be reached, or says it will answer
+			// later (LOADING, READONLY, ...), does not: the XACK lands
+			// when it answers again, or the acker's close gives up on it
+			// (TestReviewH66AckSurvivesRefusedOutage: nine fast failures
+			// of a refused connection took ~10s, and the handled entry
+			// ran again once Redis came back).
+			var keep []sg
+			var dropErr error
+			for _, k := range failed {
+				if err := errOf(cmds, order, k); ackRetryable(err) {
+					keep = append(keep, k)
+				} else {
+					dropErr = err
+				}
+			}
+			if dropErr != nil {
+				a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
+					"streams", len(failed)-len(keep), "err", dropErr)
+			}
+			if len(keep) == 0 {
+				return
+			}
+			if try == 8 {
+				a.b.opts.Logger.Warn("redisstreams: xack not written yet; retrying until Redis answers or the Backend closes",
+					"streams", len(keep), "err", lastErr)
+			}
+			failed = keep
 		}
 		order = failed
 		wait := time.NewTimer(bo.Next())
@@ -323,6 +351,38 @@ func (a *acker) write(batch []ackReq) {
 			wait.Stop()
 		}
 	}
+}
+
+// errOf returns the error of stream and group k's command in cmds (sent
+// in the order of order).
+func errOf[K comparable](cmds []redis.Cmder, order []K, k K) error {
+	for i, o := range order {
+		if o == k {
+			return cmds[i].Err()
+		}
+	}
+	return nil
+}
+
+// ackRetryable reports whether an ack that failed with err is tried again
+// for as long as the acker runs: a transport error (the server cannot be
+// reached, or did not answer in time) or an error reply that says to come
+// back later. Other error replies (WRONGTYPE, NOPERM) are given up on after
+// the acker's tries, and so is a client that was closed.
+func ackRetryable(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // drainedAckArgs returns the command that acks ids of stream key in group

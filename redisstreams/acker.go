@@ -3,6 +3,7 @@ package redisstreams
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type acker struct {
 	// the server, which no subscription of the Backend claims (holds). An
 	// entry leaves it when its ack is written or given up on.
 	held map[ackRef]int
+	// abandoned counts the acks close gave up on (guarded by mu): close
+	// reports them.
+	abandoned int
 
 	// ctx bounds every write; close cancels it ackCloseGrace after it
 	// began, and acks not written by then are given up on.
@@ -235,7 +239,9 @@ func (a *acker) flush(ctx context.Context, key string) error {
 // close stops taking acks and waits for the lanes to write what they hold,
 // for ackCloseGrace at most: then their writes are cancelled and the acks
 // left are given up on (their entries are redelivered after their
-// AckDeadline).
+// AckDeadline), and close returns an error that says how many
+// (TestReviewH66CloseReportsAcksGivenUp: Close returned nil with a handled
+// entry left pending).
 func (a *acker) close() error {
 	a.mu.Lock()
 	if !a.closed {
@@ -247,6 +253,12 @@ func (a *acker) close() error {
 	giveUp := time.AfterFunc(ackCloseGrace, a.cancel)
 	defer giveUp.Stop()
 	a.wg.Wait()
+	a.mu.Lock()
+	n := a.abandoned
+	a.mu.Unlock()
+	if n > 0 {
+		return fmt.Errorf("redisstreams: %d acks not written within %v of Close; their entries stay pending and are redelivered after their ack deadline", n, ackCloseGrace)
+	}
 	return nil
 }
 
@@ -280,6 +292,13 @@ func (a *acker) write(batch []ackReq) {
 		if ctx.Err() != nil {
 			a.b.opts.Logger.Warn("redisstreams: closing: xack not written in time; entries stay pending and are redelivered after the ack deadline",
 				"streams", len(order))
+			n := 0
+			for _, k := range order {
+				n += len(byStream[k])
+			}
+			a.mu.Lock()
+			a.abandoned += n
+			a.mu.Unlock()
 			return
 		}
 		pipe := a.b.client.Pipeline()

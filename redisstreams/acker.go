@@ -66,7 +66,22 @@ type ackLane struct {
 	progress chan struct{}  // closed, and replaced, whenever a batch is finished
 	idle     bool           // its goroutine waits for acks (wake)
 	wake     chan struct{}  // tells an idle goroutine that acks came (capacity 1)
+	// lost lists the batches with acks given up on (the newest
+	// maxLostSpans): flush reports them when they overlap what it waited
+	// for.
+	lost []lostSpan
 }
+
+// lostSpan is a batch of a lane, the acks from+1 to to in the order they
+// were queued (ackLane.enq), in which the acks of streams keys were given
+// up on.
+type lostSpan struct {
+	from, to uint64
+	keys     map[string]bool
+}
+
+// maxLostSpans bounds ackLane.lost.
+const maxLostSpans = 64
 
 // ackLaneIdle is how long a lane's goroutine waits for more acks once it
 // has written all it had, before the lane goes.
@@ -164,8 +179,14 @@ func (a *acker) run(name string, l *ackLane) {
 			batch := l.queue
 			l.queue = nil
 			a.mu.Unlock()
-			a.write(batch)
+			lost := a.write(batch)
 			a.mu.Lock()
+			if len(lost) > 0 {
+				if len(l.lost) == maxLostSpans {
+					l.lost = l.lost[1:]
+				}
+				l.lost = append(l.lost, lostSpan{l.written, l.written + uint64(len(batch)), lost})
+			}
 			for _, r := range batch {
 				if a.held[r.ref()]--; a.held[r.ref()] <= 0 {
 					delete(a.held, r.ref())
@@ -203,18 +224,20 @@ func (a *acker) run(name string, l *ackLane) {
 // flush waits until every ack queued before the call is finished (written,
 // or given up on), or with key set, every ack queued before the call in the
 // lanes holding acks of stream key; it returns ctx.Err() when ctx ends
-// first. A lane that finished everything queued before the call no longer
-// exists, or has written at least that much.
+// first, and an error when one of those acks (of key, with key set) was
+// given up on (TestReviewH66FlushReportsAckGivenUp: Flush returned nil
+// with the entry pending). A lane that finished everything queued before
+// the call no longer exists, or has written at least that much.
 func (a *acker) flush(ctx context.Context, key string) error {
 	type wait struct {
-		l      *ackLane
-		target uint64
+		l            *ackLane
+		from, target uint64
 	}
 	var ws []wait
 	a.mu.Lock()
 	for _, l := range a.lanes {
 		if key == "" || l.keys[key] > 0 {
-			ws = append(ws, wait{l, l.enq})
+			ws = append(ws, wait{l, l.written, l.enq})
 		}
 	}
 	a.mu.Unlock()
@@ -233,8 +256,21 @@ func (a *acker) flush(ctx context.Context, key string) error {
 			}
 		}
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, w := range ws {
+		for _, sp := range w.l.lost {
+			if sp.from < w.target && sp.to > w.from && (key == "" || sp.keys[key]) {
+				return errAcksGivenUp
+			}
+		}
+	}
 	return nil
 }
+
+// errAcksGivenUp is what flush returns when acks it waited for were given
+// up on.
+var errAcksGivenUp = errors.New("redisstreams: acks were not written (refused by Redis, see the log); their entries stay pending and are redelivered after their ack deadline")
 
 // close stops taking acks and waits for the lanes to write what they hold,
 // for ackCloseGrace at most: then their writes are cancelled and the acks
@@ -270,7 +306,7 @@ func (a *acker) close() error {
 // group with an expiry (pubsub.ExpireWhenDrained) go as one
 // delete_drained.lua call, which sets the expiry when they leave the stream
 // drained.
-func (a *acker) write(batch []ackReq) {
+func (a *acker) write(batch []ackReq) (lost map[string]bool) {
 	type sg struct{ key, group string }
 	byStream := make(map[sg][]string)
 	expire := make(map[sg]time.Duration)
@@ -299,7 +335,7 @@ func (a *acker) write(batch []ackReq) {
 			a.mu.Lock()
 			a.abandoned += n
 			a.mu.Unlock()
-			return
+			return lost // close reports the rest
 		}
 		pipe := a.b.client.Pipeline()
 		cmds := make([]redis.Cmder, len(order))
@@ -326,7 +362,7 @@ func (a *acker) write(batch []ackReq) {
 			}
 		}
 		if len(failed) == 0 {
-			return
+			return lost
 		}
 		if noScript && try == 0 {
 			order = failed
@@ -347,6 +383,10 @@ func (a *acker) write(batch []ackReq) {
 					keep = append(keep, k)
 				} else {
 					dropErr = err
+					if lost == nil {
+						lost = make(map[string]bool)
+					}
+					lost[k.key] = true
 				}
 			}
 			if dropErr != nil {
@@ -354,7 +394,7 @@ func (a *acker) write(batch []ackReq) {
 					"streams", len(failed)-len(keep), "err", dropErr)
 			}
 			if len(keep) == 0 {
-				return
+				return lost
 			}
 			if try == 8 {
 				a.b.opts.Logger.Warn("redisstreams: xack not written yet; retrying until Redis answers or the Backend closes",

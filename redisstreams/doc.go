@@ -239,8 +239,12 @@
 // server answers or Close (10s after it began): nothing else of the
 // Backend claims the entry meanwhile, the XACK lands when the server
 // answers again, and Flush and the subscription's Unsubscribe wait for it
-// (until their ctx ends). Only an error reply that stays (WRONGTYPE,
-// NOPERM) is given up on, after nine tries. (Before, every failure was given
+// (until their ctx ends; an Unsubscribe's clean-up gives up after 10s
+// and returns its error). Only an error reply that stays (WRONGTYPE,
+// NOPERM) is given up on, after nine tries, and the Flush or Unsubscribe
+// waiting for it returns an error (TestReviewH66FlushReportsAckGivenUp), as
+// does Close for acks it gave up on after 10s
+// (TestReviewH66CloseReportsAcksGivenUp). (Before, every failure was given
 // up on after nine tries: on a server that refused connections for 20s
 // they ended in about 10s, Flush then returned nil with the entry still
 // pending, and the lone member ran it again once Redis was back:

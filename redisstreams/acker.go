@@ -2,6 +2,8 @@ package redisstreams
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -47,6 +49,9 @@ type acker struct {
 	// the server, which no subscription of the Backend claims (holds). An
 	// entry leaves it when its ack is written or given up on.
 	held map[ackRef]int
+	// abandoned counts the acks close gave up on (guarded by mu): close
+	// reports them.
+	abandoned int
 
 	// ctx bounds every write; close cancels it ackCloseGrace after it
 	// began, and acks not written by then are given up on.
@@ -63,7 +68,22 @@ type ackLane struct {
 	progress chan struct{}  // closed, and replaced, whenever a batch is finished
 	idle     bool           // its goroutine waits for acks (wake)
 	wake     chan struct{}  // tells an idle goroutine that acks came (capacity 1)
+	// lost lists the batches with acks given up on (the newest
+	// maxLostSpans): flush reports them when they overlap what it waited
+	// for.
+	lost []lostSpan
 }
+
+// lostSpan is a batch of a lane, the acks from+1 to to in the order they
+// were queued (ackLane.enq), in which the acks of streams keys were given
+// up on.
+type lostSpan struct {
+	from, to uint64
+	keys     map[string]bool
+}
+
+// maxLostSpans bounds ackLane.lost.
+const maxLostSpans = 64
 
 // ackLaneIdle is how long a lane's goroutine waits for more acks once it
 // has written all it had, before the lane goes.
@@ -167,13 +187,19 @@ func (a *acker) run(name string, l *ackLane) {
 			batch := l.queue
 			l.queue = nil
 			a.mu.Unlock()
-			a.write(batch)
+			lost := a.write(batch)
 			for _, r := range batch {
 				if r.hook != nil {
 					r.hook.Fire()
 				}
 			}
 			a.mu.Lock()
+			if len(lost) > 0 {
+				if len(l.lost) == maxLostSpans {
+					l.lost = l.lost[1:]
+				}
+				l.lost = append(l.lost, lostSpan{l.written, l.written + uint64(len(batch)), lost})
+			}
 			for _, r := range batch {
 				if a.held[r.ref()]--; a.held[r.ref()] <= 0 {
 					delete(a.held, r.ref())
@@ -211,18 +237,20 @@ func (a *acker) run(name string, l *ackLane) {
 // flush waits until every ack queued before the call is finished (written,
 // or given up on), or with key set, every ack queued before the call in the
 // lanes holding acks of stream key; it returns ctx.Err() when ctx ends
-// first. A lane that finished everything queued before the call no longer
-// exists, or has written at least that much.
+// first, and an error when one of those acks (of key, with key set) was
+// given up on (TestReviewH66FlushReportsAckGivenUp: Flush returned nil
+// with the entry pending). A lane that finished everything queued before
+// the call no longer exists, or has written at least that much.
 func (a *acker) flush(ctx context.Context, key string) error {
 	type wait struct {
-		l      *ackLane
-		target uint64
+		l            *ackLane
+		from, target uint64
 	}
 	var ws []wait
 	a.mu.Lock()
 	for _, l := range a.lanes {
 		if key == "" || l.keys[key] > 0 {
-			ws = append(ws, wait{l, l.enq})
+			ws = append(ws, wait{l, l.written, l.enq})
 		}
 	}
 	a.mu.Unlock()
@@ -241,13 +269,28 @@ func (a *acker) flush(ctx context.Context, key string) error {
 			}
 		}
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, w := range ws {
+		for _, sp := range w.l.lost {
+			if sp.from < w.target && sp.to > w.from && (key == "" || sp.keys[key]) {
+				return errAcksGivenUp
+			}
+		}
+	}
 	return nil
 }
+
+// errAcksGivenUp is what flush returns when acks it waited for were given
+// up on.
+var errAcksGivenUp = errors.New("redisstreams: acks were not written (refused by Redis, see the log); their entries stay pending and are redelivered after their ack deadline")
 
 // close stops taking acks and waits for the lanes to write what they hold,
 // for ackCloseGrace at most: then their writes are cancelled and the acks
 // left are given up on (their entries are redelivered after their
-// AckDeadline).
+// AckDeadline), and close returns an error that says how many
+// (TestReviewH66CloseReportsAcksGivenUp: Close returned nil with a handled
+// entry left pending).
 func (a *acker) close() error {
 	a.mu.Lock()
 	if !a.closed {
@@ -259,16 +302,24 @@ func (a *acker) close() error {
 	giveUp := time.AfterFunc(ackCloseGrace, a.cancel)
 	defer giveUp.Stop()
 	a.wg.Wait()
+	a.mu.Lock()
+	n := a.abandoned
+	a.mu.Unlock()
+	if n > 0 {
+		return fmt.Errorf("redisstreams: %d acks not written within %v of Close; their entries stay pending and are redelivered after their ack deadline", n, ackCloseGrace)
+	}
 	return nil
 }
 
-// write sends batch, retrying failed XACKs with backoff for a while. An ack
-// that cannot be written leaves its entry pending: it is redelivered after
-// the ack deadline (at-least-once), never lost. The acks of a stream and
+// write sends batch, retrying failed XACKs with backoff: until they are
+// written or the acker's close gives up on them, except those refused with
+// an error reply that stays (ackRetryable), given up after nine tries. An
+// ack that cannot be written leaves its entry pending: it is redelivered
+// after the ack deadline (at-least-once), never lost. The acks of a stream and
 // group with an expiry (pubsub.ExpireWhenDrained) go as one
 // delete_drained.lua call, which sets the expiry when they leave the stream
 // drained.
-func (a *acker) write(batch []ackReq) {
+func (a *acker) write(batch []ackReq) (lost map[string]bool) {
 	type sg struct{ key, group string }
 	byStream := make(map[sg][]string)
 	expire := make(map[sg]time.Duration)
@@ -290,7 +341,14 @@ func (a *acker) write(batch []ackReq) {
 		if ctx.Err() != nil {
 			a.b.opts.Logger.Warn("redisstreams: closing: xack not written in time; entries stay pending and are redelivered after the ack deadline",
 				"streams", len(order))
-			return
+			n := 0
+			for _, k := range order {
+				n += len(byStream[k])
+			}
+			a.mu.Lock()
+			a.abandoned += n
+			a.mu.Unlock()
+			return lost // close reports the rest
 		}
 		pipe := a.b.client.Pipeline()
 		cmds := make([]redis.Cmder, len(order))
@@ -317,16 +375,45 @@ func (a *acker) write(batch []ackReq) {
 			}
 		}
 		if len(failed) == 0 {
-			return
+			return lost
 		}
 		if noScript && try == 0 {
 			order = failed
 			continue
 		}
 		if try >= 8 {
-			a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
-				"streams", len(failed), "err", lastErr)
-			return
+			// An error reply that stays (WRONGTYPE, NOPERM) gives up; a
+			// server that cannot be reached, or says it will answer
+			// later (LOADING, READONLY, ...), does not: the XACK lands
+			// when it answers again, or the acker's close gives up on it
+			// (TestReviewH66AckSurvivesRefusedOutage: nine fast failures
+			// of a refused connection took ~10s, and the handled entry
+			// ran again once Redis came back).
+			var keep []sg
+			var dropErr error
+			for _, k := range failed {
+				if err := errOf(cmds, order, k); ackRetryable(err) {
+					keep = append(keep, k)
+				} else {
+					dropErr = err
+					if lost == nil {
+						lost = make(map[string]bool)
+					}
+					lost[k.key] = true
+				}
+			}
+			if dropErr != nil {
+				a.b.opts.Logger.Warn("redisstreams: xack failed; entries stay pending and are redelivered after the ack deadline",
+					"streams", len(failed)-len(keep), "err", dropErr)
+			}
+			if len(keep) == 0 {
+				return lost
+			}
+			if try == 8 {
+				a.b.opts.Logger.Warn("redisstreams: xack not written yet; retrying until Redis answers or the Backend closes",
+					"streams", len(keep), "err", lastErr)
+			}
+			failed = keep
 		}
 		order = failed
 		wait := time.NewTimer(bo.Next())
@@ -336,6 +423,38 @@ func (a *acker) write(batch []ackReq) {
 			wait.Stop()
 		}
 	}
+}
+
+// errOf returns the error of stream and group k's command in cmds (sent
+// in the order of order).
+func errOf[K comparable](cmds []redis.Cmder, order []K, k K) error {
+	for i, o := range order {
+		if o == k {
+			return cmds[i].Err()
+		}
+	}
+	return nil
+}
+
+// ackRetryable reports whether an ack that failed with err is tried again
+// for as long as the acker runs: a transport error (the server cannot be
+// reached, or did not answer in time) or an error reply that says to come
+// back later. Other error replies (WRONGTYPE, NOPERM) are given up on after
+// the acker's tries, and so is a client that was closed.
+func ackRetryable(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // drainedAckArgs returns the command that acks ids of stream key in group

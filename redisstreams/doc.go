@@ -239,11 +239,21 @@
 // before, a lone member with handlers past the deadline ran 1-2 of 48 such
 // events again a millisecond later, and with MaxDeliveries(1)
 // dead-lettered them; no test isolates the other members' case, where a
-// handler past the deadline is also taken over while it runs). On a server that stops answering the writer's tries
-// each wait out the client's timeouts and retries, and it gives up only
-// after nine of them (review h58 saw none end within 300s on a NewURL
-// client) or at Close (10s): nothing else can claim the entry meanwhile,
-// and the XACK lands when the server answers again. Members of other
+// handler past the deadline is also taken over while it runs). On a server that stops answering, or
+// cannot be reached, the writer tries again (backoff up to 2s) until the
+// server answers or Close (10s after it began): nothing else of the
+// Backend claims the entry meanwhile, the XACK lands when the server
+// answers again, and Flush and the subscription's Unsubscribe wait for it
+// (until their ctx ends; an Unsubscribe's clean-up gives up after 10s
+// and returns its error). Only an error reply that stays (WRONGTYPE,
+// NOPERM) is given up on, after nine tries, and the Flush or Unsubscribe
+// waiting for it returns an error (TestReviewH66FlushReportsAckGivenUp), as
+// does Close for acks it gave up on after 10s
+// (TestReviewH66CloseReportsAcksGivenUp). (Before, every failure was given
+// up on after nine tries: on a server that refused connections for 20s
+// they ended in about 10s, Flush then returned nil with the entry still
+// pending, and the lone member ran it again once Redis was back:
+// TestReviewH66AckSurvivesRefusedOutage.) Members of other
 // Backends cannot know: a handler that runs past AckDeadline may see its
 // event run again elsewhere, as pubsub.AckDeadline says.
 //

@@ -511,8 +511,9 @@ func (g *groupSub) cleanup() error {
 			g.s.nudgeGroup(g)
 		}
 	}
-	if err := g.s.acks.flush(ctx, g.key); err != nil {
-		return err
+	ackErr := g.s.acks.flush(ctx, g.key)
+	if ackErr != nil && !errors.Is(ackErr, errAcksGivenUp) {
+		return ackErr
 	}
 	// No read of this consumer runs from now on, however late the network
 	// delivers it (read.lua refuses it without its guard), so one look
@@ -529,7 +530,7 @@ func (g *groupSub) cleanup() error {
 	// reply was lost (runReads), must keep it. Otherwise it stays until a
 	// member that takes those entries over deletes it (claimQueue).
 	_ = g.deleteConsumer(ctx, g.consumer)
-	return nil
+	return ackErr // acks given up on: the entries stay pending, the consumer too
 }
 
 // guardTombstone is what a guard holds after its subscription ended when a

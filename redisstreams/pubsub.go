@@ -664,7 +664,12 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // a later event on the topic with a higher id is handled; when the stream
 // comes back with lower ids, because the server's clock is behind its last
 // id (a failover to a server whose clock lags), until its ctx ends.) It
-// returns ctx.Err() when ctx ends first and pubsub.ErrClosed after Close.
+// returns ctx.Err() when ctx ends first, pubsub.ErrClosed after Close, and
+// an error when an ack it waited for was given up on, refused by Redis with
+// an error that stays (WRONGTYPE, NOPERM: the entry stays pending and is
+// redelivered after its ack deadline; TestReviewH66FlushReportsAckGivenUp).
+// An ack Redis cannot be reached for is tried until it is written, so Flush
+// then waits for it (or ctx).
 func (b *Backend) Flush(ctx context.Context) error {
 	if b.isClosed() {
 		return pubsub.ErrClosed

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -21,7 +26,11 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		`List the threads some process holds, sorted by name: the owning process and
 run, the fencing token and time left of the thread's lease, the signals
 queued (not taken by a run yet) and in flight (taken, not finished), and when
-the last signal was sent. QUEUED and LAST SIGNAL count the thread's inbox, where
+the last signal was sent. A thread no process holds is listed too, with "-"
+for its process, run, token and time left, while signals wait in its inbox
+(queued, or in flight with a run that is gone): its owner died or was cut
+off, its lease ran out, and no runtime has taken it over yet (none is up,
+say). QUEUED and LAST SIGNAL count the thread's inbox, where
 each "threads cancel --drop-queued" also puts a mark (one entry, until a run
 or a recovery takes it). With --watch, redraw every --interval until
 interrupted (Ctrl-C).
@@ -53,14 +62,75 @@ it runs (see leasebus threads cancel --help).`)
 	}
 	defer closeController(c)
 
+	space, err := keys.NewSpace(*keyspace)
+	if err != nil {
+		return usageErrorf("--keyspace %q: %v", *keyspace, err)
+	}
+
 	return w.refresh(ctx, e, func() (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
 		if err != nil {
 			return "", nil, err // "signals: list threads: ..."
 		}
+		list, waiting, err := addWaiting(ctx, c, b.Client(), space, *prefix, list)
+		if err != nil {
+			return "", nil, err
+		}
 		now := time.Now()
-		return fmt.Sprintf("%d thread(s) held", len(list)), func() { printThreads(e.stdout, list, *prefix, now) }, nil
+		summary := fmt.Sprintf("%d thread(s) held", len(list)-waiting)
+		if waiting > 0 {
+			summary += fmt.Sprintf(", %d with signals waiting and no holder", waiting)
+		}
+		return summary, func() { printThreads(e.stdout, list, *prefix, now) }, nil
 	})
+}
+
+// addWaiting adds to held (Controller.List's threads, all held) the threads
+// no process holds whose inbox still has signals queued or in flight: their
+// owner died or was cut off, its lease ran out, and no runtime took them
+// over yet (none is up, say). It scans the inbox streams under space (the
+// command speaks to one server, never a Cluster) and reads each thread
+// that is not in held with Controller.Status. It returns the threads sorted
+// by name and how many of them have no holder.
+func addWaiting(ctx context.Context, c *signals.Controller, client redis.UniversalClient, space keys.Space, prefix string, held []signals.ThreadStatus) ([]signals.ThreadStatus, int, error) {
+	seen := make(map[string]bool, len(held))
+	for _, st := range held {
+		seen[st.Thread] = true
+	}
+	threads, err := untilDone(ctx, func(ctx context.Context) ([]string, error) {
+		var threads []string
+		it := client.ScanType(ctx, 0, space.StreamPattern(signals.InboxTopic(prefix)), 1000, "stream").Iterator()
+		for it.Next(ctx) {
+			topic, ok := space.ParseStream(it.Val())
+			if !ok || !strings.HasPrefix(topic, signals.InboxTopic("")) {
+				continue
+			}
+			if th := strings.TrimPrefix(topic, signals.InboxTopic("")); th != "" && !seen[th] {
+				seen[th] = true
+				threads = append(threads, th)
+			}
+		}
+		return threads, it.Err()
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list inboxes: %w", err)
+	}
+	out, waiting := held, 0
+	for _, th := range threads {
+		st, err := c.Status(ctx, th)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case st.Owner != "":
+			out = append(out, st) // taken since the lease listing
+		case st.Queued > 0 || st.InFlight > 0:
+			out = append(out, st)
+			waiting++
+		}
+	}
+	slices.SortFunc(out, func(a, b signals.ThreadStatus) int { return strings.Compare(a.Thread, b.Thread) })
+	return out, waiting, nil
 }
 
 // printThreads writes the thread table; now dates the LAST SIGNAL column.
@@ -85,6 +155,11 @@ func printThreads(w io.Writer, list []signals.ThreadStatus, prefix string, now t
 		last := "-"
 		if !st.LastSignal.IsZero() {
 			last = now.Sub(st.LastSignal).Round(100*time.Millisecond).String() + " ago"
+		}
+		if st.Owner == "" {
+			// Nobody holds it: its signals wait for a runtime to take it.
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\t%s\t%s\n", cell(st.Thread), count(st.Queued), count(st.InFlight), last)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", cell(st.Thread), cell(st.Process), cell(st.RunID), st.Token,
 			st.TTL.Round(100*time.Millisecond), count(st.Queued), count(st.InFlight), last)

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReviewH67DemoLeaseTTLAboveMax: README: "Invalid flags ... give one
+// line on stderr and exit code 2". A --lease-ttl the signals runtime refuses
+// (above signals.MaxLeaseTTL, 24h) is an invalid flag: the demo must say so
+// naming --lease-ttl and exit 2 before it starts a server and workers, not
+// start them and exit 1 (the code of a broken guarantee or a failed run)
+// with a worker's "WithLeaseTTL" error.
+//
+// Found by review h67 (2026-11-29): exit 1 after starting 3 workers,
+// "leasebus demo: worker w1 exited early (exit status 1): leasebus
+// demo-worker: start runtime: signals: invalid argument: WithLeaseTTL:
+// lease ttl 25h0m0s is above 24h0m0s (MaxLeaseTTL)" (3 of 3).
+func TestReviewH67DemoLeaseTTLAboveMax(t *testing.T) {
+	for _, ttl := range []string{"25h", "2562047h"} {
+		r := leasebus(t, 60*time.Second, "demo", "--lease-ttl", ttl, "--threads", "1", "--signals", "1")
+		t.Logf("--lease-ttl %s: exit %d, stdout %q, stderr %q", ttl, r.code, r.stdout, r.stderr)
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "--lease-ttl") || r.stdout != "" {
+			t.Errorf("demo --lease-ttl %s: exit %d, stdout %q, stderr %q; want exit 2, nothing started, one line naming --lease-ttl", ttl, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -174,7 +174,9 @@ func runThreadsCancel(ctx context.Context, e *env, args []string) error {
 cancelled with a cause carrying --reason. The signals queued after it run
 next, in order, unless --drop-queued. Prints what happened: the run cancelled,
 or that no run was active. Exits 1 when the owning process did not answer
-within --timeout (the cancel may not have reached it).`)
+within --timeout (the cancel may not have reached it), and with --drop-queued
+when no process holds THREAD: the holder drops the queued signals, so with
+none nothing is dropped (they run when a runtime takes the thread).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	reason := fs.String("reason", "cancelled with leasebus threads cancel", "the `reason` the run's agent sees")
@@ -213,6 +215,19 @@ within --timeout (the cancel may not have reached it).`)
 	}
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *drop {
+		// The drop is applied by the holder the cancel reaches
+		// (signals.DropQueued): with none, nothing would be dropped, and
+		// Cancel would still write its drop mark into the inbox (a stream
+		// for ever, for a mistyped THREAD or --keyspace). Say so instead.
+		st, err := c.Status(cctx, thread)
+		if err != nil {
+			return fmt.Errorf("thread %s: %w", thread, err)
+		}
+		if st.Owner == "" {
+			return notDropped(thread, st)
+		}
+	}
 	res, err := c.Cancel(cctx, thread, *reason, opts...)
 	switch {
 	case errors.Is(err, signals.ErrUnreachable):
@@ -221,6 +236,9 @@ within --timeout (the cancel may not have reached it).`)
 		return err
 	case res.Cancelled:
 		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", res.RunID, thread, res.Process, res.Token)
+	case res.Owner == "" && *drop:
+		// Released since the Status above.
+		return notDropped(thread, signals.ThreadStatus{Queued: -1})
 	case res.Owner == "":
 		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", thread)
 	default:
@@ -230,4 +248,15 @@ within --timeout (the cancel may not have reached it).`)
 		fmt.Fprintln(e.stdout, "the signals queued before the cancel are dropped by the owner")
 	}
 	return nil
+}
+
+// notDropped is the error of "threads cancel --drop-queued" on a thread no
+// process holds: there is no run to cancel and no holder to drop the queued
+// signals, which run when a runtime takes the thread.
+func notDropped(thread string, st signals.ThreadStatus) error {
+	queued := "its queued signals were"
+	if st.Queued >= 0 {
+		queued = fmt.Sprintf("its %s were", plural(int(st.Queued+max(st.InFlight, 0)), "queued or in-flight signal"))
+	}
+	return fmt.Errorf("thread %s: no process holds it, so there is no run to cancel and %s not dropped (--drop-queued is applied by the holder); they run when a runtime takes the thread", thread, queued)
 }

@@ -26,3 +26,16 @@ func TestReviewH67DemoLeaseTTLAboveMax(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewH67TopicsDeleteEmptyTopic: an empty TOPIC ("topics delete
+// "$TOPIC"" with TOPIC unset) must be named as such, as tail and publish do
+// ("TOPIC is empty"), not reported as a wrong count of arguments.
+//
+// Found by review h67 (2026-11-29): "want one TOPIC argument after delete,
+// got 1" (3 of 3): one argument was given, and it was empty.
+func TestReviewH67TopicsDeleteEmptyTopic(t *testing.T) {
+	r := leasebus(t, 20*time.Second, "topics", "delete", "", "--redis", "redis://127.0.0.1:1")
+	if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "TOPIC is empty") {
+		t.Errorf("topics delete '': exit %d, stderr %q; want exit 2 and one line saying TOPIC is empty", r.code, r.stderr)
+	}
+}

@@ -39,3 +39,24 @@ func TestReviewH67TopicsDeleteEmptyTopic(t *testing.T) {
 		t.Errorf("topics delete '': exit %d, stderr %q; want exit 2 and one line saying TOPIC is empty", r.code, r.stderr)
 	}
 }
+
+// TestReviewH67WatchIntervalTooShort: "--interval 1ms" (a typo for 1s) made
+// --watch list the whole keyspace (a SCAN of every key) back to back: thousands
+// of rounds a second against the deployment's Redis, at the moment an
+// operator watches it because it is in trouble. An interval below 100ms is
+// refused, exit 2, naming --interval.
+//
+// Found by review h67 (2026-11-29): accepted; "leases --watch --interval
+// 1ns" printed 89,142 lines in 2s and sent Redis about 35,000 commands; here
+// both commands accepted it and went on to connect (3 of 3).
+func TestReviewH67WatchIntervalTooShort(t *testing.T) {
+	for _, args := range [][]string{
+		{"leases", "--watch", "--interval", "1ms"},
+		{"threads", "--watch", "--interval", "1ns"},
+	} {
+		r := leasebus(t, 20*time.Second, append(args, "--redis", "redis://127.0.0.1:1")...)
+		if r.code != exitUsage || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "--interval") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line naming --interval", args, r.code, r.stderr)
+		}
+	}
+}

@@ -30,3 +30,17 @@ func TestReviewH67PublishFailureNamesTheEvent(t *testing.T) {
 		t.Errorf("stderr %q; want it to say the event may have been stored and to give its id (--id ...) for a retry", r.stderr)
 	}
 }
+
+// TestReviewH67PublishOneLine: tail and the listings print every id and name
+// on one line, quoted when it holds a control character (review h54); the
+// line publish prints must too, or a script reading "published ID to TOPIC"
+// reads two lines.
+//
+// Found by review h67 (2026-11-29): "published x\ny to o" (3 of 3).
+func TestReviewH67PublishOneLine(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	r := leasebus(t, 20*time.Second, "publish", "o\tp", "--type", "t", "--id", "x\ny", "--redis", srv.URL())
+	if r.code != exitOK || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"x\ny"`) {
+		t.Errorf("publish: exit %d, stdout %q, stderr %q; want one line with the id quoted", r.code, r.stdout, r.stderr)
+	}
+}

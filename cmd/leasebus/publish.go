@@ -111,6 +111,6 @@ Event.ID).`)
 		// subscribers (idempotent on Event.ID) tell it is the same event.
 		return fmt.Errorf("publish to %q: %w; the event may have been stored: retry with --id %s", topic, err, ev.ID)
 	}
-	fmt.Fprintf(e.stdout, "published %s to %s\n", ev.ID, topic)
+	fmt.Fprintf(e.stdout, "published %s to %s\n", cell(ev.ID), cell(topic))
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +106,8 @@ func TestReviewH67ThreadsShowsSignalsNobodyHolds(t *testing.T) {
 	if row == nil {
 		t.Fatalf("threads printed %q; want chat-7, whose %d queued and %d in-flight signals wait with no holder", r.stdout, st.Queued, st.InFlight)
 	}
-	if !strings.Contains(r.stdout, "QUEUED") || !strings.Contains(strings.Join(row, " "), "-") {
-		t.Fatalf("threads row %q; want chat-7 with no process", row)
+	// THREAD PROCESS RUN TOKEN TIME-LEFT QUEUED IN-FLIGHT LAST
+	if !strings.Contains(r.stdout, "QUEUED") || len(row) < 8 || row[1] != "-" || row[5] != fmt.Sprint(st.Queued) || row[6] != fmt.Sprint(st.InFlight) {
+		t.Fatalf("threads row %q; want chat-7 with no process, %d queued and %d in flight", row, st.Queued, st.InFlight)
 	}
 }

@@ -44,3 +44,33 @@ func TestReviewH67READMETestCommandTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewH67READMEShortRaceCommandTimeout: the README offers "go test
+// -race -short ./..." as the quicker run; with the race detector the
+// redisstreams package still takes longer than go test's default 10 minutes
+// in -short mode, so that command needs a -timeout too.
+//
+// Found by review h67 (2026-11-29): "go test -race -short ./redisstreams/"
+// alone on a fresh clone at b88eeb7, nothing else running: panic: test timed
+// out after 10m0s (in TestReviewH60GoexitAsMemberLeaves), FAIL at 600.091s;
+// this test fails 3 of 3 on the README before the fix.
+func TestReviewH67READMEShortRaceCommandTimeout(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := regexp.MustCompile("`(go test -race[^`]*-short[^`]*\\./\\.\\.\\.)`").FindAllStringSubmatch(string(readme), -1)
+	if len(cmds) == 0 {
+		t.Skip("README gives no go test -race -short ./... command")
+	}
+	for _, c := range cmds {
+		m := regexp.MustCompile(`-timeout[ =](\S+)`).FindStringSubmatch(c[1])
+		if m == nil {
+			t.Errorf("README command %q has no -timeout: go test's default 10m stops the redisstreams package even with -short", c[1])
+			continue
+		}
+		if d, err := time.ParseDuration(m[1]); err != nil || d < 25*time.Minute {
+			t.Errorf("README command %q: -timeout %s, want at least 25m", c[1], m[1])
+		}
+	}
+}

@@ -195,7 +195,7 @@ func TestThreadsWatchRefreshes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "threads", "--watch", "--interval", "50ms", "--redis", srv.URL())
+	cmd := exec.CommandContext(ctx, bin, "threads", "--watch", "--interval", "100ms", "--redis", srv.URL())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ Redis-protocol server (miniredis) on a loopback port.`)
 	fs.IntVar(&c.signals, "signals", 5, "signals sent to each thread (`n`)")
 	fs.DurationVar(&c.duration, "duration", 50*time.Second, "upper bound on the run (`d`); signals not run by then fail the verdict")
 	fs.Uint64Var(&c.seed, "seed", 0, "random `seed` of the send order (default: from the clock, printed)")
-	fs.DurationVar(&c.ttl, "lease-ttl", 2*time.Second, "lease `TTL` of the threads (short, so the takeover after the kill is quick)")
+	fs.DurationVar(&c.ttl, "lease-ttl", 2*time.Second, "lease `TTL` of the threads, 100ms to 24h (short, so the takeover after the kill is quick)")
 	fs.BoolVar(&c.kill, "kill", true, "SIGKILL the owner of a thread in the middle of a run")
 	fs.StringVar(&c.fault, "break", "", "inject a fault the verdict must catch: double-run (a worker runs a thread without its lease)")
 	fs.DurationVar(&c.work, "work", 150*time.Millisecond, "work per signal")
@@ -78,10 +78,15 @@ Redis-protocol server (miniredis) on a loopback port.`)
 		return usageErrorf("--duration %v is not positive", c.duration)
 	case c.ttl < 100*time.Millisecond:
 		return usageErrorf("--lease-ttl %v is below 100ms", c.ttl)
+	case c.ttl > signals.MaxLeaseTTL:
+		// The workers' runtimes would refuse it (signals.WithLeaseTTL).
+		return usageErrorf("--lease-ttl %v is above %v (signals.MaxLeaseTTL)", c.ttl, signals.MaxLeaseTTL)
 	case c.fault != "" && c.fault != "double-run":
 		return usageErrorf("--break %q: the only fault is double-run", c.fault)
 	case c.work <= 0 || c.recovery <= 0 || c.perRun < 1:
 		return usageErrorf("--work, --recovery and --per-run must be positive")
+	case c.recovery < signals.MinInterval:
+		return usageErrorf("--recovery %v is below %v (signals.MinInterval)", c.recovery, signals.MinInterval)
 	}
 	if c.seed == 0 {
 		c.seed = uint64(time.Now().UnixNano()%1_000_000) + 1

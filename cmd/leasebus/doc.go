@@ -20,8 +20,10 @@
 //	          --reason R takes a lease away from its holder (lease.Revoker).
 //	threads   list the threads some process holds: owning process and run,
 //	          fencing token, time left, signals queued and in flight
-//	          (--watch to refresh); threads cancel THREAD cancels the run
-//	          holding it, wherever it runs (signals.Runtime.Cancel).
+//	          (--watch to refresh), and the threads no process holds whose
+//	          signals still wait in their inbox (an owner that died, no
+//	          runtime up to take them over); threads cancel THREAD cancels
+//	          the run holding it, wherever it runs (signals.Runtime.Cancel).
 //	tail      print the events of a topic as they arrive, one line each
 //	          (time, id, type, data), until interrupted.
 //	publish   publish one event to a topic (--type, --data JSON,

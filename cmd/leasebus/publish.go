@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/pubsub"
 	"github.com/leasebus/leasebus/redisstreams"
@@ -50,7 +53,10 @@ func (fs *flagSet) keyspaceFlag() *string {
 func runPublish(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "publish", "publish TOPIC --type T [--data JSON] [--metadata k=v]... [flags]",
 		`Publish one event to TOPIC and print its id once Redis stored it.
---data must be a JSON value; it is stored compacted.`)
+--data must be a JSON value; it is stored compacted. When Redis does not
+answer after the event was sent, the event may have been stored: the error
+gives its id, to publish it again with --id (subscribers tell a retry by
+Event.ID).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	typ := fs.String("type", "", "event `type` (required)")
@@ -94,8 +100,17 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	}
 	defer closeBackend(b)
 	if err := b.Publish(ctx, topic, ev); err != nil {
-		return fmt.Errorf("publish to %q: %w", topic, err)
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			// The server answered with an error (a key of another type,
+			// say): the event was not stored.
+			return fmt.Errorf("publish %s to %q: %w", ev.ID, topic, err)
+		}
+		// The event was sent, or may have been, and the answer is missing:
+		// it may be stored. Only a retry with the same id lets
+		// subscribers (idempotent on Event.ID) tell it is the same event.
+		return fmt.Errorf("publish to %q: %w; the event may have been stored: retry with --id %s", topic, err, ev.ID)
 	}
-	fmt.Fprintf(e.stdout, "published %s to %s\n", ev.ID, topic)
+	fmt.Fprintf(e.stdout, "published %s to %s\n", cell(ev.ID), cell(topic))
 	return nil
 }

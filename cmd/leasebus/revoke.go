@@ -64,13 +64,29 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 	if err != nil {
 		return err
 	}
-	if before.Status == lease.StatusRevoked && !*force {
+	// The revoke hit whatever tenure held KEY when it ran: the one read
+	// before, or a later one if the lease changed hands in between (a
+	// signals thread's hand-off transfers it, with a new token). The state
+	// read after it names that tenure while it is revoked (live, or ended
+	// within the status window).
+	switch {
+	case after.Status != lease.StatusRevoked:
+		// Released and taken again since the revoke: which tenure it hit
+		// cannot be read any more.
+		fmt.Fprintf(e.stdout, "revoked lease %s (held by %s, token %d, when read before the revoke); it has changed hands since: now %s\n",
+			key, before.Owner, before.Token, describeState(after))
+		return nil
+	case !*force && before.Status == lease.StatusRevoked && after.Token == before.Token:
 		// RevokeLease keeps the first reason: say so rather than print
 		// it as this call's.
 		fmt.Fprintf(e.stdout, "lease %s of %s (token %d) was already revoked: %s (--reason %q not recorded)\n",
-			key, before.Owner, before.Token, before.Reason, *reason)
-	} else {
-		fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, before.Owner, before.Token, after.Reason)
+			key, after.Owner, after.Token, after.Reason, *reason)
+	default:
+		fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, after.Owner, after.Token, after.Reason)
+		if after.Token != before.Token {
+			fmt.Fprintf(e.stdout, "(the lease changed hands before the revoke ran: %s held it with token %d when it was read)\n",
+				before.Owner, before.Token)
+		}
 	}
 	if after.Live() {
 		fmt.Fprintf(e.stdout, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",
@@ -79,6 +95,14 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 		fmt.Fprintln(e.stdout, "the key is free")
 	}
 	return nil
+}
+
+// describeState returns "<owner> (token <t>, <status>)", or "free".
+func describeState(st lease.State) string {
+	if !st.Live() {
+		return "free"
+	}
+	return fmt.Sprintf("%s (token %d, %s)", st.Owner, st.Token, st.Status)
 }
 
 // leaseStatuses drops the signals runtime's internal records from infos

@@ -27,7 +27,9 @@ acks what it prints. With --group and --count, the events it was handed
 beyond --count are not printed and not acked: they go back to the group as
 the command exits, at once (not after the group's ack deadline), so another
 member or the next tail --group gets them (marked attempt=2: the group
-counts each as delivered once).`)
+counts each as delivered once). When Redis does not confirm the acks of the
+events printed with --group as the command exits, it exits 1: they may be
+delivered again.`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	group := fs.String("group", "", "consume as a member of this consumer `group` (default: fan-out)")
@@ -106,8 +108,20 @@ counts each as delivered once).`)
 	<-ctx.Done()
 	uctx, ucancel := context.WithTimeout(context.Background(), unsubscribeGrace)
 	defer ucancel()
-	if err := sub.Unsubscribe(uctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	err = sub.Unsubscribe(uctx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	mu.Lock()
+	n := printed
+	mu.Unlock()
+	if err != nil && *group != "" && n > 0 {
+		// Unsubscribe waits for the acks of what the handler returned:
+		// Redis did not confirm them. Those not written stay pending and
+		// go to another member after the group's ack deadline; an
+		// operator who took them off the group must not read "done".
+		return fmt.Errorf("Redis did not confirm the acks of the %s printed within %v: they may be delivered again to group %s (after its ack deadline)",
+			plural(n, "event"), unsubscribeGrace, *group)
 	}
 	// Done (a group's events handed to us beyond --count went back to
 	// the group), or Redis stopped answering: the process's exit ends the

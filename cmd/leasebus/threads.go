@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -21,7 +26,11 @@ func runThreads(ctx context.Context, e *env, args []string) error {
 		`List the threads some process holds, sorted by name: the owning process and
 run, the fencing token and time left of the thread's lease, the signals
 queued (not taken by a run yet) and in flight (taken, not finished), and when
-the last signal was sent. QUEUED and LAST SIGNAL count the thread's inbox, where
+the last signal was sent. A thread no process holds is listed too, with "-"
+for its process, run, token and time left, while signals wait in its inbox
+(queued, or in flight with a run that is gone): its owner died or was cut
+off, its lease ran out, and no runtime has taken it over yet (none is up,
+say). QUEUED and LAST SIGNAL count the thread's inbox, where
 each "threads cancel --drop-queued" also puts a mark (one entry, until a run
 or a recovery takes it). With --watch, redraw every --interval until
 interrupted (Ctrl-C).
@@ -53,14 +62,75 @@ it runs (see leasebus threads cancel --help).`)
 	}
 	defer closeController(c)
 
+	space, err := keys.NewSpace(*keyspace)
+	if err != nil {
+		return usageErrorf("--keyspace %q: %v", *keyspace, err)
+	}
+
 	return w.refresh(ctx, e, func() (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
 		if err != nil {
 			return "", nil, err // "signals: list threads: ..."
 		}
+		list, waiting, err := addWaiting(ctx, c, b.Client(), space, *prefix, list)
+		if err != nil {
+			return "", nil, err
+		}
 		now := time.Now()
-		return fmt.Sprintf("%d thread(s) held", len(list)), func() { printThreads(e.stdout, list, *prefix, now) }, nil
+		summary := fmt.Sprintf("%d thread(s) held", len(list)-waiting)
+		if waiting > 0 {
+			summary += fmt.Sprintf(", %d with signals waiting and no holder", waiting)
+		}
+		return summary, func() { printThreads(e.stdout, list, *prefix, now) }, nil
 	})
+}
+
+// addWaiting adds to held (Controller.List's threads, all held) the threads
+// no process holds whose inbox still has signals queued or in flight: their
+// owner died or was cut off, its lease ran out, and no runtime took them
+// over yet (none is up, say). It scans the inbox streams under space (the
+// command speaks to one server, never a Cluster) and reads each thread
+// that is not in held with Controller.Status. It returns the threads sorted
+// by name and how many of them have no holder.
+func addWaiting(ctx context.Context, c *signals.Controller, client redis.UniversalClient, space keys.Space, prefix string, held []signals.ThreadStatus) ([]signals.ThreadStatus, int, error) {
+	seen := make(map[string]bool, len(held))
+	for _, st := range held {
+		seen[st.Thread] = true
+	}
+	threads, err := untilDone(ctx, func(ctx context.Context) ([]string, error) {
+		var threads []string
+		it := client.ScanType(ctx, 0, space.StreamPattern(signals.InboxTopic(prefix)), 1000, "stream").Iterator()
+		for it.Next(ctx) {
+			topic, ok := space.ParseStream(it.Val())
+			if !ok || !strings.HasPrefix(topic, signals.InboxTopic("")) {
+				continue
+			}
+			if th := strings.TrimPrefix(topic, signals.InboxTopic("")); th != "" && !seen[th] {
+				seen[th] = true
+				threads = append(threads, th)
+			}
+		}
+		return threads, it.Err()
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list inboxes: %w", err)
+	}
+	out, waiting := held, 0
+	for _, th := range threads {
+		st, err := c.Status(ctx, th)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case st.Owner != "":
+			out = append(out, st) // taken since the lease listing
+		case st.Queued > 0 || st.InFlight > 0:
+			out = append(out, st)
+			waiting++
+		}
+	}
+	slices.SortFunc(out, func(a, b signals.ThreadStatus) int { return strings.Compare(a.Thread, b.Thread) })
+	return out, waiting, nil
 }
 
 // printThreads writes the thread table; now dates the LAST SIGNAL column.
@@ -86,6 +156,11 @@ func printThreads(w io.Writer, list []signals.ThreadStatus, prefix string, now t
 		if !st.LastSignal.IsZero() {
 			last = now.Sub(st.LastSignal).Round(100*time.Millisecond).String() + " ago"
 		}
+		if st.Owner == "" {
+			// Nobody holds it: its signals wait for a runtime to take it.
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\t%s\t%s\n", cell(st.Thread), count(st.Queued), count(st.InFlight), last)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", cell(st.Thread), cell(st.Process), cell(st.RunID), st.Token,
 			st.TTL.Round(100*time.Millisecond), count(st.Queued), count(st.InFlight), last)
 	}
@@ -99,7 +174,9 @@ func runThreadsCancel(ctx context.Context, e *env, args []string) error {
 cancelled with a cause carrying --reason. The signals queued after it run
 next, in order, unless --drop-queued. Prints what happened: the run cancelled,
 or that no run was active. Exits 1 when the owning process did not answer
-within --timeout (the cancel may not have reached it).`)
+within --timeout (the cancel may not have reached it), and with --drop-queued
+when no process holds THREAD: the holder drops the queued signals, so with
+none nothing is dropped (they run when a runtime takes the thread).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	reason := fs.String("reason", "cancelled with leasebus threads cancel", "the `reason` the run's agent sees")
@@ -138,6 +215,19 @@ within --timeout (the cancel may not have reached it).`)
 	}
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if *drop {
+		// The drop is applied by the holder the cancel reaches
+		// (signals.DropQueued): with none, nothing would be dropped, and
+		// Cancel would still write its drop mark into the inbox (a stream
+		// for ever, for a mistyped THREAD or --keyspace). Say so instead.
+		st, err := c.Status(cctx, thread)
+		if err != nil {
+			return fmt.Errorf("thread %s: %w", thread, err)
+		}
+		if st.Owner == "" {
+			return notDropped(thread, st)
+		}
+	}
 	res, err := c.Cancel(cctx, thread, *reason, opts...)
 	switch {
 	case errors.Is(err, signals.ErrUnreachable):
@@ -146,6 +236,9 @@ within --timeout (the cancel may not have reached it).`)
 		return err
 	case res.Cancelled:
 		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", res.RunID, thread, res.Process, res.Token)
+	case res.Owner == "" && *drop:
+		// Released since the Status above.
+		return notDropped(thread, signals.ThreadStatus{Queued: -1})
 	case res.Owner == "":
 		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", thread)
 	default:
@@ -155,4 +248,15 @@ within --timeout (the cancel may not have reached it).`)
 		fmt.Fprintln(e.stdout, "the signals queued before the cancel are dropped by the owner")
 	}
 	return nil
+}
+
+// notDropped is the error of "threads cancel --drop-queued" on a thread no
+// process holds: there is no run to cancel and no holder to drop the queued
+// signals, which run when a runtime takes the thread.
+func notDropped(thread string, st signals.ThreadStatus) error {
+	queued := "its queued signals were"
+	if st.Queued >= 0 {
+		queued = fmt.Sprintf("its %s were", plural(int(st.Queued+max(st.InFlight, 0)), "queued or in-flight signal"))
+	}
+	return fmt.Errorf("thread %s: no process holds it, so there is no run to cancel and %s not dropped (--drop-queued is applied by the holder); they run when a runtime takes the thread", thread, queued)
 }

@@ -28,8 +28,11 @@ is an error, exit 1, unless --missing-ok is given.`)
 	if len(pos) == 0 || pos[0] != "delete" {
 		return usageErrorf("want the subcommand delete (see leasebus topics --help)")
 	}
-	if len(pos) != 2 || pos[1] == "" {
+	if len(pos) != 2 {
 		return usageErrorf("want one TOPIC argument after delete, got %d (see leasebus topics --help)", len(pos)-1)
+	}
+	if pos[1] == "" {
+		return usageErrorf("TOPIC is empty (see leasebus topics --help)")
 	}
 	topic := pos[1]
 	if err := pubsub.ValidateTopic(topic); err != nil {

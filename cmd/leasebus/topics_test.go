@@ -26,7 +26,7 @@ func TestTopicsDelete(t *testing.T) {
 		{"no topic", []string{"topics", "delete", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
 		{"two topics", []string{"topics", "delete", "a", "b", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
 		{"no redis", []string{"topics", "delete", "a"}, "no Redis server"},
-		{"bad topic", []string{"topics", "delete", "", "--redis", "redis://127.0.0.1:1"}, "want one TOPIC"},
+		{"bad topic", []string{"topics", "delete", "", "--redis", "redis://127.0.0.1:1"}, "TOPIC is empty"},
 		{"bad keyspace", []string{"topics", "delete", "a", "--keyspace", "x{y}", "--redis", "redis://127.0.0.1:1"}, "--keyspace \"x{y}\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,14 +16,23 @@ type watchFlags struct {
 func (fs *flagSet) watchFlags() watchFlags {
 	return watchFlags{
 		watch:    fs.Bool("watch", false, "refresh the list every --interval until interrupted"),
-		interval: fs.Duration("interval", time.Second, "refresh `period` of --watch"),
+		interval: fs.Duration("interval", time.Second, "refresh `period` of --watch, at least 100ms"),
 	}
 }
 
-// check rejects an --interval that is not positive.
+// minWatchInterval is the shortest --interval: each round lists the
+// deployment's keys with SCAN, which back to back (an --interval of 1ms, a
+// typo for 1s) loads the very Redis the operator is watching.
+const minWatchInterval = 100 * time.Millisecond
+
+// check rejects an --interval that is not positive or below
+// minWatchInterval.
 func (w watchFlags) check() error {
-	if *w.interval <= 0 {
+	switch {
+	case *w.interval <= 0:
 		return usageErrorf("--interval %v is not positive", *w.interval)
+	case *w.interval < minWatchInterval:
+		return usageErrorf("--interval %v is below %v (each refresh scans the keyspace)", *w.interval, minWatchInterval)
 	}
 	return nil
 }

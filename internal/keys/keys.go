@@ -123,6 +123,12 @@ func (s Space) LeasePattern(prefix string) string {
 	return globEscape(s.prefix+":lease:{"+Escape(prefix)) + "*}"
 }
 
+// StreamPattern returns a SCAN MATCH pattern matching the stream keys of
+// every topic that starts with prefix.
+func (s Space) StreamPattern(prefix string) string {
+	return globEscape(s.prefix+":{"+Escape(prefix)) + "*}"
+}
+
 // ParseLease returns the lease key encoded in redisKey, a key built by Lease.
 func (s Space) ParseLease(redisKey string) (string, bool) {
 	return s.parse("lease", redisKey)

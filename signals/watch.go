@@ -170,7 +170,9 @@ func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time)
 			// Acked after the inbox entry's ack (session.handle).
 			wait := time.NewTimer(followAckWait)
 			defer wait.Stop()
-			s.awaitAck(id, wait.C, rt.closing)
+			if !s.awaitAck(id, wait.C, rt.closing) {
+				return errRetry // the inbox ack is not written yet (review h68)
+			}
 			return nil
 		}
 	}

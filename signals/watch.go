@@ -147,36 +147,50 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 	return rec != "" && recordHas(rec, id)
 }
 
-// followNotice settles a notice of a thread that another handler of this
-// process watches, from what this process knows, without a round trip: nil
-// when the signal is known to be done, errRetry (a nack, back after the
-// recovery interval) otherwise. It kicks the local tenure, if any, as the
-// watcher does: the notice may be its only news of the signal.
 // followAckWait bounds how long followNotice waits for the inbox ack of a
 // signal this process's tenure ran (session.awaitAck): milliseconds, unless
 // the server stopped answering.
 const followAckWait = time.Second
 
+// followNotice settles a notice of a thread that another handler of this
+// process watches, from what this process knows, without a round trip: nil
+// when the signal is known to be done, errRetry (a nack, back after the
+// recovery interval) otherwise. It kicks the local tenure, if any, as the
+// watcher does: the notice may be its only news of the signal.
 func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time) error {
-	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
-		return nil
-	}
 	rt.mu.Lock()
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
+	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
+		// Done, perhaps by the local tenure, whose run puts it in the
+		// done cache before its inbox ack is queued (review h68:
+		// TestReviewH68FollowerDoneWaitsForInboxAck).
+		return rt.followAck(s, id)
+	}
 	if s != nil {
 		s.kickFor(noticeID, byNotice)
 		if s.ranHereNow(id) {
-			// Acked after the inbox entry's ack (session.handle).
-			wait := time.NewTimer(followAckWait)
-			defer wait.Stop()
-			if !s.awaitAck(id, wait.C, rt.closing) {
-				return errRetry // the inbox ack is not written yet (review h68)
-			}
-			return nil
+			return rt.followAck(s, id)
 		}
 	}
 	return errRetry
+}
+
+// followAck settles a follower's notice of signal id, known to be done:
+// nil once no inbox delivery of id to s, the local tenure (nil: none), has
+// its ack unfinished (session.awaitAck, for followAckWait at most), so that
+// the notice is acked after the inbox entry; errRetry when that ack is not
+// finished by then (review h68).
+func (rt *Runtime) followAck(s *session, id string) error {
+	if s == nil {
+		return nil
+	}
+	wait := time.NewTimer(followAckWait)
+	defer wait.Stop()
+	if !s.awaitAck(id, wait.C, rt.closing) {
+		return errRetry
+	}
+	return nil
 }
 
 // settleOwed makes the try of thread's lease that the leaving watcher owed

@@ -147,11 +147,6 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 	return rec != "" && recordHas(rec, id)
 }
 
-// followAckWait bounds how long followNotice waits for the inbox ack of a
-// signal this process's tenure ran (session.awaitAck): milliseconds, unless
-// the server stopped answering.
-const followAckWait = time.Second
-
 // followNotice settles a notice of a thread that another handler of this
 // process watches, from what this process knows, without a round trip: nil
 // when the signal is known to be done, errRetry (a nack, back after the
@@ -177,21 +172,25 @@ func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time)
 }
 
 // followAck settles a follower's notice of signal id, known to be done:
-// nil once no inbox delivery of id to s, the local tenure (nil: none), has
-// its ack unfinished (session.awaitAck, for followAckWait at most), so that
-// the notice is acked after the inbox entry; errRetry when that ack is not
-// finished by then (review h68).
+// nil when no inbox delivery of id to s, the local tenure (nil: none), has
+// its ack unfinished (session.awaitAck), so that the notice is acked after
+// the inbox entry; errRetry (back after the recovery interval) otherwise.
+// It does not wait: only the thread's watcher holds a handler slot, for
+// noticeHold at most (review h68: a follower waited up to a second for a
+// slow inbox master: TestReviewH68FollowerHoldsNoSlot).
 func (rt *Runtime) followAck(s *session, id string) error {
-	if s == nil {
+	if s == nil || s.awaitAck(id, expired, rt.closing) {
 		return nil
 	}
-	wait := time.NewTimer(followAckWait)
-	defer wait.Stop()
-	if !s.awaitAck(id, wait.C, rt.closing) {
-		return errRetry
-	}
-	return nil
+	return errRetry
 }
+
+// expired is a timer channel that has fired: a wait on it does not wait.
+var expired = func() <-chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}()
 
 // settleOwed makes the try of thread's lease that the leaving watcher owed
 // its followers (unwatchThread): it takes the thread when it is free, or

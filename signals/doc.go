@@ -503,7 +503,11 @@
 // only after the signal's inbox entry (review h65: when the two acks raced,
 // a process killed between them left no notice and the inbox for ever:
 // TestReviewH65OwnNoticeAckBeforeInboxAck failed 2 of 6 without that
-// order). TestReviewH65KilledUnderLoadLeavesInboxes SIGKILLs a process
+// order); a notice whose inbox ack is not written within its handler's
+// hold (a slow inbox master, on a Cluster another master than the work
+// stream's), or that a follower finds done, is nacked and comes back
+// rather than acked (review h68: TestReviewH68NoticeAckWaitsForSlowInboxAck,
+// TestReviewH68FollowerDoneWaitsForInboxAck). TestReviewH65KilledUnderLoadLeavesInboxes SIGKILLs a process
 // sending to and running 200 threads on default clients: every inbox gone
 // 5.8s after the kill in 4 of 4 runs (before: 3-8 stayed in each run). The
 // read guard of each of its subscriptions stays 10 minutes after its last

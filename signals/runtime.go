@@ -1197,8 +1197,11 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 			s.kickFor(ev.ID, byNotice) // the notice may be the owner's only news of the signal
 			switch s.await(id, hold.C, rt.closing) {
 			case awaitDone:
-				// Acked after the inbox entry's ack (session.handle).
-				s.awaitAck(id, hold.C, rt.closing)
+				// Acked after the inbox entry's ack (session.handle);
+				// until then the notice comes back (review h68).
+				if !s.awaitAck(id, hold.C, rt.closing) {
+					return errRetry
+				}
 				return nil
 			case awaitTimeout:
 				return errRetry

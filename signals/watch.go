@@ -152,30 +152,45 @@ func (rt *Runtime) watchedDone(thread, id string, now time.Time) bool {
 // when the signal is known to be done, errRetry (a nack, back after the
 // recovery interval) otherwise. It kicks the local tenure, if any, as the
 // watcher does: the notice may be its only news of the signal.
-// followAckWait bounds how long followNotice waits for the inbox ack of a
-// signal this process's tenure ran (session.awaitAck): milliseconds, unless
-// the server stopped answering.
-const followAckWait = time.Second
-
 func (rt *Runtime) followNotice(thread, id, noticeID string, received time.Time) error {
-	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
-		return nil
-	}
 	rt.mu.Lock()
 	s := rt.sessions[thread]
 	rt.mu.Unlock()
+	if rt.done.has(thread, id) || rt.settledByTenures(thread, received) || rt.watchedDone(thread, id, time.Now()) {
+		// Done, perhaps by the local tenure, whose run puts it in the
+		// done cache before its inbox ack is queued (review h68:
+		// TestReviewH68FollowerDoneWaitsForInboxAck).
+		return rt.followAck(s, id)
+	}
 	if s != nil {
 		s.kickFor(noticeID, byNotice)
 		if s.ranHereNow(id) {
-			// Acked after the inbox entry's ack (session.handle).
-			wait := time.NewTimer(followAckWait)
-			defer wait.Stop()
-			s.awaitAck(id, wait.C, rt.closing)
-			return nil
+			return rt.followAck(s, id)
 		}
 	}
 	return errRetry
 }
+
+// followAck settles a follower's notice of signal id, known to be done:
+// nil when no inbox delivery of id to s, the local tenure (nil: none), has
+// its ack unfinished (session.awaitAck), so that the notice is acked after
+// the inbox entry; errRetry (back after the recovery interval) otherwise.
+// It does not wait: only the thread's watcher holds a handler slot, for
+// noticeHold at most (review h68: a follower waited up to a second for a
+// slow inbox master: TestReviewH68FollowerHoldsNoSlot).
+func (rt *Runtime) followAck(s *session, id string) error {
+	if s == nil || s.awaitAck(id, expired, rt.closing) {
+		return nil
+	}
+	return errRetry
+}
+
+// expired is a timer channel that has fired: a wait on it does not wait.
+var expired = func() <-chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}()
 
 // settleOwed makes the try of thread's lease that the leaving watcher owed
 // its followers (unwatchThread): it takes the thread when it is free, or

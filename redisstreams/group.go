@@ -457,7 +457,7 @@ func (g *groupSub) cleanup() error {
 	if g.s.abandoned() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	// Entries read but never started: make them claimable at once by the
 	// other members (IDLE far in the past), and undo the delivery count of
@@ -513,7 +513,10 @@ func (g *groupSub) cleanup() error {
 	}
 	ackErr := g.s.acks.flush(ctx, g.key)
 	if ackErr != nil && !errors.Is(ackErr, errAcksGivenUp) {
-		return ackErr
+		// The caller's ctx may not have ended: say what timed out
+		// (review h66: a bare "context deadline exceeded").
+		return fmt.Errorf("redisstreams: unsubscribe %q (group %q): its acks were not written within %v (Redis not answering?); their entries stay pending and are redelivered after their ack deadline: %w",
+			g.topic, g.group, cleanupTimeout, ackErr)
 	}
 	// No read of this consumer runs from now on, however late the network
 	// delivers it (read.lua refuses it without its guard), so one look
@@ -532,6 +535,10 @@ func (g *groupSub) cleanup() error {
 	_ = g.deleteConsumer(ctx, g.consumer)
 	return ackErr // acks given up on: the entries stay pending, the consumer too
 }
+
+// cleanupTimeout bounds a group subscription's clean-up (groupSub.cleanup):
+// its hand-back, the wait for its acks, its guard and consumer.
+const cleanupTimeout = 10 * time.Second
 
 // guardTombstone is what a guard holds after its subscription ended when a
 // late command may still come (lateRisk): above every sequence number.

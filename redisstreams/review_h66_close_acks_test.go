@@ -2,6 +2,7 @@ package redisstreams
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,11 @@ func TestReviewH66CloseReportsAcksGivenUp(t *testing.T) {
 	uerr = sub.Unsubscribe(uctx)
 	cancel()
 	t.Logf("Unsubscribe(30s) = %v", uerr)
+	// Its ctx had not ended: the error says what timed out, not a bare
+	// "context deadline exceeded" (review h66).
+	if uerr == nil || !strings.Contains(uerr.Error(), "acks were not written") || !strings.Contains(uerr.Error(), `"t"`) {
+		t.Errorf("Unsubscribe(30s) = %v, want an error naming the topic and the acks not written", uerr)
+	}
 	start := time.Now()
 	cerr := b.Close()
 	t.Logf("Close() = %v after %v", cerr, time.Since(start).Round(time.Millisecond))

@@ -56,32 +56,7 @@ func TestExpireWhenDrainedGoneAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = sub.Unsubscribe(context.Background()) }()
-		var last string
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			p, err := c.XPending(ctx, key, group).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ms, err := c.PTTL(ctx, key).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			exists, err := c.Exists(ctx, key).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if exists == 0 || (p.Count == 0 && ms > 0) {
-				break // the expiry is set (or has already run)
-			}
-			last = time.Now().Format(time.RFC3339Nano) + fmt.Sprintf(": pending %d, pttl %v", p.Count, ms)
-			if time.Now().After(deadline) {
-				t.Fatalf("the deleted entry's takeover left the drained stream with no expiry within 10s (%s)", last)
-			}
-			if d.FastForward != nil {
-				d.FastForward(50 * time.Millisecond)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		awaitDrainedExpiry(t, c, key, group, d.FastForward, true, "the deleted entry's takeover")
 		select {
 		case id := <-ran:
 			t.Fatalf("the deleted entry ran (%s)", id)
@@ -152,26 +127,7 @@ func TestExpireWhenDrainedNackedGone(t *testing.T) {
 		if err := c.XDel(ctx, key, ids[0].ID).Err(); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			p, err := c.XPending(ctx, key, group).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ms, err := c.PTTL(ctx, key).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.Count == 0 && ms > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the nacked entry's deletion left the stream with no expiry within 10s: pending %d, pttl %v", p.Count, ms)
-			}
-			if d.FastForward != nil {
-				d.FastForward(50 * time.Millisecond)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		awaitDrainedExpiry(t, c, key, group, d.FastForward, false, "the nacked entry's deletion")
 		select {
 		case id := <-nacked:
 			t.Fatalf("the deleted entry ran again (%s)", id)
@@ -216,20 +172,42 @@ func TestExpireWhenDrainedDeadLetterAck(t *testing.T) {
 	}
 	defer replica.Resume(t)
 	key := b.keys.Stream(topic)
+	awaitDrainedExpiry(t, master, key, group, nil, false, "the dead-lettered entry's ack")
+}
+
+// awaitDrainedExpiry waits up to 10s for stream key to have nothing pending
+// in group and an expiry set (with goneOK, or to be gone: the expiry ran),
+// moving fastForward's clock along when it is not nil; what names the
+// step that should have set the expiry.
+func awaitDrainedExpiry(t *testing.T, c redis.UniversalClient, key, group string, fastForward func(time.Duration), goneOK bool, what string) {
+	t.Helper()
+	ctx := context.Background()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		p, err := master.XPending(ctx, key, group).Result()
+		if goneOK {
+			n, err := c.Exists(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+		}
+		p, err := c.XPending(ctx, key, group).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, err := master.PTTL(ctx, key).Result()
+		ms, err := c.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.Count == 0 && ms > 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the dead-lettered entry's ack left the stream with no expiry within 10s: pending %d, pttl %v", p.Count, ms)
+			t.Fatalf("%s left the drained stream with no expiry within 10s: pending %d, pttl %v", what, p.Count, ms)
+		}
+		if fastForward != nil {
+			fastForward(50 * time.Millisecond)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

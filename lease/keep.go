@@ -186,7 +186,7 @@ func (k *Keeper) Keep(ctx context.Context, key, owner string, ttl time.Duration)
 	}
 	interval, err := k.interval(ttl)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (key %q)", err, key)
 	}
 	k.mu.Lock()
 	closed := k.closed

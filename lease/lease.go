@@ -260,7 +260,10 @@ func CheckAcquire(key, owner string, ttl time.Duration) error {
 	if err := CheckOwner("owner", owner); err != nil {
 		return fmt.Errorf("%w (key %q)", err, key)
 	}
-	return CheckTTL(ttl)
+	if err := CheckTTL(ttl); err != nil {
+		return fmt.Errorf("%w (key %q)", err, key)
+	}
+	return nil
 }
 
 // CheckRelease validates the arguments of ReleaseLease.
@@ -288,7 +291,10 @@ func CheckTransfer(key, from, to string, ttl time.Duration) error {
 	if from == to {
 		return fmt.Errorf("%w: fromOwner and toOwner are both %q (key %q)", ErrInvalid, from, key)
 	}
-	return CheckTTL(ttl)
+	if err := CheckTTL(ttl); err != nil {
+		return fmt.Errorf("%w (key %q)", err, key)
+	}
+	return nil
 }
 
 // CheckRenewals validates a batch for BatchRenewer.RenewLeases.

@@ -31,8 +31,8 @@ import (
 // RenewLeases returns when every pipeline has been answered or when ctx
 // ends, whichever comes first, even with a client that ignores ctx
 // deadlines (a pipeline still waiting then goes on in the background until
-// the client gives up). When some pipelines failed or were not answered in
-// time and others were, it returns the full result with a *lease.BatchError
+// the client gives up; Close and Shutdown wait for it: TestReviewH70CloseLeavesRenewalRunning).
+// When some pipelines failed or were not answered in time and others were, it returns the full result with a *lease.BatchError
 // naming the requests that have no known result: one unreachable Cluster
 // master fails only the leases it serves. A request whose tenure was
 // revoked reports false with a *lease.RevokedError entry in the
@@ -52,7 +52,12 @@ func (b *Backend) RenewLeases(ctx context.Context, reqs []lease.Renewal) ([]bool
 	r := &renewal{b: b, reqs: reqs, out: make([]bool, len(reqs)), errs: make([]error, len(reqs))}
 	r.plan(ctx)
 	done := make(chan struct{})
+	// Counted in b.late: a send left behind when ctx ends (its pipelines
+	// wait for the client to answer or give up) is waited for by Shutdown,
+	// as the single-lease calls' are.
+	b.late.add()
 	go func() {
+		defer b.late.done()
 		defer close(done)
 		r.send(ctx)
 	}()

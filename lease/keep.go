@@ -71,7 +71,10 @@ type KeeperOptions struct {
 // are taken by hanging calls, the Helds waiting for one end at their loss
 // deadlines. Each call gets a context that ends halfway between its start
 // and the earliest loss deadline among its Helds, so that a Held whose call
-// failed or hung still has time for a retry; a Held whose renewal failed is
+// failed or hung still has time for a retry, and holds only Helds whose
+// loss deadlines are within twice the time left to that earliest one
+// (Helds with far more time left go in calls of their own, so that short
+// leases a slow network cannot sustain do not cut theirs short); a Held whose renewal failed is
 // retried after min(TTL/10, renew interval). When a BatchRenewer reports a
 // [BatchError], only the requests it names as failed count as failed. The
 // scheduling goroutine runs only while the Keeper holds at least one Held:
@@ -428,15 +431,45 @@ func (k *Keeper) room() int {
 
 // renew starts the calls that renew due (sorted by loss deadline, so that
 // Helds of similar deadlines share a call), each in a goroutine of its own.
+// A batch call holds only Helds whose loss deadlines are within twice the
+// time left to its first's: its ctx ends halfway to that first deadline,
+// and a Held with far more time left must not have its renewal cut that
+// short (a Held of 3s renewed in the calls of 30ms Helds that the network
+// cannot sustain failed every time, and was lost:
+// TestReviewH70ShortHeldStarvesLongOnes). Helds for which no call slot is
+// left then wait for the next plan (a finishing call wakes the loop).
 func (k *Keeper) renew(due []*Held) {
 	size := 1
 	if k.batch != nil {
 		size = maxRenewBatch
 	}
-	for chunk := range slices.Chunk(due, size) {
-		k.mu.Lock()
-		k.inFlight++
-		k.mu.Unlock()
+	k.mu.Lock()
+	now := time.Now()
+	var chunks [][]*Held
+	for i := 0; i < len(due); {
+		j := i + 1
+		limit := 2 * max(due[i].loseAt.Sub(now), time.Millisecond)
+		for j < len(due) && j-i < size && due[j].loseAt.Sub(now) <= limit {
+			j++
+		}
+		chunks = append(chunks, due[i:j])
+		i = j
+	}
+	slots := maxRenewInFlight - k.inFlight
+	if k.batch != nil {
+		slots = maxBatchesInFlight - k.inFlight
+	}
+	if len(chunks) > slots {
+		for _, chunk := range chunks[max(slots, 0):] {
+			for _, h := range chunk {
+				h.renewing = false
+			}
+		}
+		chunks = chunks[:max(slots, 0)]
+	}
+	k.inFlight += len(chunks)
+	k.mu.Unlock()
+	for _, chunk := range chunks {
 		k.calls.Go(func() {
 			defer k.callDone()
 			if k.batch != nil {

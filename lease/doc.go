@@ -53,7 +53,9 @@
 // (a black-holed network, a client that ignores ctx deadlines), and however
 // long other Helds' renewals take. The backend cannot expire the lease
 // before start + TTL, so the holder has stopped before anyone else can hold
-// the key. Run the guarded work under Held.Context, and bound a write that
+// the key (not so after a Held.Transfer that returned a transport error: the
+// transfer may still run later and hand the key over while the Held is
+// live; see [Held.Transfer]). Run the guarded work under Held.Context, and bound a write that
 // must happen while the lease is held by Held.Deadline. The leasetest rule
 // NeverReturningCallCannotKeepHeldAlive holds every backend to this.
 //

@@ -736,6 +736,10 @@ func (h *Held) Err() error {
 // a Transfer. After a loss by failing renewals or the Keeper's Close it still
 // releases the lease, which is deleted only if the owner holds it: a new
 // holder is never clobbered, but another Held of the same owner would be.
+// A release that failed may still run later (a request the network delivers
+// late), and then deletes whatever lease the owner holds by then: a later
+// tenure of the same owner too (TestReviewH70LateReleaseEndsLaterTenure).
+// Keep a key under a new owner for each tenure when that matters.
 // Release is idempotent: once a ReleaseLease succeeded, later calls return
 // nil; after a failed one (the error is returned), a later call tries again.
 func (h *Held) Release(ctx context.Context) error {
@@ -772,6 +776,15 @@ func (h *Held) Release(ctx context.Context) error {
 // transfer this Held goes on being kept (renewal tells whether the transfer
 // happened); when the transfer succeeded but reading the new token failed,
 // the error is returned and the lease stays with to until it expires.
+//
+// A renewal that succeeds after such an error does not prove that the
+// transfer will not happen: a request the network delivers late (after a
+// partition heals) still runs, and hands the key to to while this Held
+// reports it live, until its next renewal is refused or its loss deadline
+// passes (TestReviewH70LateTransferAfterRenewal: up to a third of the TTL
+// with the network up, up to its loss deadline with it down). After a
+// Transfer that returned a transport error, to may hold the key at any
+// time: end the guarded work, or rely on fencing tokens.
 func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	if err := CheckTransfer(h.key, h.owner, to, h.ttl); err != nil {
 		return nil, err

@@ -64,7 +64,11 @@ func (s State) Live() bool { return s.TTL > 0 }
 // lease away from its holder and read what became of a lease. Find it with
 // a type assertion, as Inspector.
 //
-// A revoke applies to the tenure holding the key when it is made. From then
+// A revoke applies to the tenure holding the key when it runs on the
+// backend: a revoke call that failed (its ctx ended, a request the network
+// delivers late) may still run later, on the tenure that holds the key then
+// (TestReviewH70LateForceRevokeHitsNextTenure: a forced revoke made against
+// a dead holder's tenure freed the next, live, holder's). From then
 // on the holder's RenewLease fails with a *RevokedError (errors.Is
 // ErrRevoked) carrying the reason, and so do its AcquireLease (the refresh
 // of a lease it holds) and TransferLease; a Held whose renewal fails so ends

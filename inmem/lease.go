@@ -2,6 +2,7 @@ package inmem
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -172,11 +173,30 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := b.leaseCall(ctx, lease.CheckRelease(key, owner)); err != nil {
 		return err
 	}
+	return b.release(key, owner, 0)
+}
+
+// ReleaseLeaseToken is ReleaseLease that deletes the lease only when owner
+// holds it in the tenure of token (lease.TokenReleaser). A token of 0 is bad
+// input.
+func (b *Backend) ReleaseLeaseToken(ctx context.Context, key, owner string, token uint64) error {
+	check := lease.CheckRelease(key, owner)
+	if check == nil && token == 0 {
+		check = fmt.Errorf("%w: token is 0 (key %q)", lease.ErrInvalid, key)
+	}
+	if err := b.leaseCall(ctx, check); err != nil {
+		return err
+	}
+	return b.release(key, owner, token)
+}
+
+// release deletes owner's lease on key (of the tenure of token, unless 0).
+func (b *Backend) release(key, owner string, token uint64) error {
 	t := &b.leases
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := b.clock.Now()
-	if e, ok := t.getLocked(key, now); ok && e.owner == owner {
+	if e, ok := t.getLocked(key, now); ok && e.owner == owner && (token == 0 || e.token == token) {
 		delete(t.live, key)
 		t.markReleaseLocked(key, now)
 	}

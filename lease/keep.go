@@ -736,10 +736,11 @@ func (h *Held) Err() error {
 // a Transfer. After a loss by failing renewals or the Keeper's Close it still
 // releases the lease, which is deleted only if the owner holds it: a new
 // holder is never clobbered, but another Held of the same owner would be.
-// A release that failed may still run later (a request the network delivers
-// late), and then deletes whatever lease the owner holds by then: a later
-// tenure of the same owner too (TestReviewH70LateReleaseEndsLaterTenure).
-// Keep a key under a new owner for each tenure when that matters.
+// On a provider that implements [TokenReleaser] it releases only this
+// Held's tenure, so that a release that failed and still runs later (a
+// request the network delivers late) leaves a later tenure of the same owner
+// alone (TestReviewH70LateReleaseEndsLaterTenure); on another provider such
+// a release deletes whatever lease the owner holds by then.
 // Release is idempotent: once a ReleaseLease succeeded, later calls return
 // nil; after a failed one (the error is returned), a later call tries again.
 func (h *Held) Release(ctx context.Context) error {
@@ -752,7 +753,13 @@ func (h *Held) Release(ctx context.Context) error {
 	h.releaseStarted = true
 	k.endLocked(h, ErrReleased, false)
 	k.mu.Unlock()
-	if err := k.p.ReleaseLease(ctx, h.key, h.owner); err != nil {
+	var err error
+	if tr, ok := k.p.(TokenReleaser); ok && h.token > 0 {
+		err = tr.ReleaseLeaseToken(ctx, h.key, h.owner, h.token)
+	} else {
+		err = k.p.ReleaseLease(ctx, h.key, h.owner)
+	}
+	if err != nil {
 		k.mu.Lock()
 		h.releaseStarted = false
 		k.mu.Unlock()

@@ -121,6 +121,19 @@ type TokenTransferer interface {
 	TransferLeaseToken(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (uint64, error)
 }
 
+// TokenReleaser is an optional capability of a Provider: a release that
+// deletes the lease only when owner holds it in the tenure of token (the
+// fencing token its acquire or transfer reported), so that a release the
+// network delivers late never deletes a later tenure of the same owner.
+// [Held.Release] uses it when the provider has it (found by a type
+// assertion: a wrapper that overrides ReleaseLease must override it too).
+type TokenReleaser interface {
+	// ReleaseLeaseToken is ReleaseLease restricted to the tenure of token:
+	// when owner holds key in another tenure, or does not hold it, it does
+	// nothing and returns nil. A token of 0 is bad input (ErrInvalid).
+	ReleaseLeaseToken(ctx context.Context, key, owner string, token uint64) error
+}
+
 // Renewal is one request of a batch renewal.
 type Renewal struct {
 	Key   string

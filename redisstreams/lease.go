@@ -654,11 +654,31 @@ func (b *Backend) ReleaseLease(ctx context.Context, key, owner string) error {
 	if err := lease.CheckRelease(key, owner); err != nil {
 		return err
 	}
+	return b.release(ctx, key, owner, "")
+}
+
+// ReleaseLeaseToken is ReleaseLease that deletes the lease only when owner
+// holds it in the tenure of token (lease.TokenReleaser): a release that the
+// network delivers late leaves a later tenure of the same owner alone
+// (TestReviewH70LateReleaseEndsLaterTenure). A token of 0 is bad input.
+func (b *Backend) ReleaseLeaseToken(ctx context.Context, key, owner string, token uint64) error {
+	if err := lease.CheckRelease(key, owner); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: token is 0 (key %q)", lease.ErrInvalid, key)
+	}
+	return b.release(ctx, key, owner, strconv.FormatUint(token, 10))
+}
+
+// release runs release.lua; token is "" to release whatever tenure owner
+// holds.
+func (b *Backend) release(ctx context.Context, key, owner, token string) error {
 	if b.isClosed() {
 		return lease.ErrClosed
 	}
 	if err := b.runLeaseMigrating(ctx, newCall(ctx, releaseScript,
-		[]string{b.keys.Lease(key), b.keys.LeaseState(key)}, owner, b.statusWindowMillis())).Err(); err != nil {
+		[]string{b.keys.Lease(key), b.keys.LeaseState(key), b.keys.Fence(key)}, owner, b.statusWindowMillis(), token)).Err(); err != nil {
 		return b.leaseErr("release", key, err)
 	}
 	return nil

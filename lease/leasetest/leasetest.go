@@ -78,6 +78,7 @@ func Run(t *testing.T, c Config) {
 		{"Inspector", testInspector},
 		{"BatchRenewer", testBatchRenewer},
 		{"TokenTransferer", testTokenTransferer},
+		{"TokenReleaser", testTokenReleaser},
 		{"NeverReturningCallCannotKeepHeldAlive", testNeverReturningCall},
 		{"Revoker", testRevoker}, // revoke.go
 	} {
@@ -724,6 +725,34 @@ func testTokenTransferer(e *env) {
 	}
 	if _, err := tt.TransferLeaseToken(e.ctx, k, "b", "", e.ttl); !errors.Is(err, lease.ErrInvalid) {
 		e.t.Fatalf("TransferLeaseToken to an empty owner: %v, want ErrInvalid", err)
+	}
+}
+
+// testTokenReleaser: ReleaseLeaseToken releases only the tenure of its
+// token: a release for an owner's earlier tenure leaves its later one alone.
+func testTokenReleaser(e *env) {
+	tr, ok := e.p.(lease.TokenReleaser)
+	if !ok {
+		e.t.Skipf("provider %T does not implement lease.TokenReleaser", e.p)
+	}
+	k := e.key("k")
+	r1 := e.mustAcquire(k, "a", 2*e.ttl)
+	e.release(k, "a")
+	r2 := e.mustAcquire(k, "a", 2*e.ttl)
+	if err := tr.ReleaseLeaseToken(e.ctx, k, "a", r1.Token); err != nil {
+		e.t.Fatalf("ReleaseLeaseToken of an earlier tenure: %v", err)
+	}
+	e.wantOwner(k, "a")
+	if err := tr.ReleaseLeaseToken(e.ctx, k, "b", r2.Token); err != nil {
+		e.t.Fatalf("ReleaseLeaseToken by another owner: %v", err)
+	}
+	e.wantOwner(k, "a")
+	if err := tr.ReleaseLeaseToken(e.ctx, k, "a", r2.Token); err != nil {
+		e.t.Fatalf("ReleaseLeaseToken of the live tenure: %v", err)
+	}
+	e.wantOwner(k, "")
+	if err := tr.ReleaseLeaseToken(e.ctx, k, "a", 0); !errors.Is(err, lease.ErrInvalid) {
+		e.t.Fatalf("ReleaseLeaseToken with token 0: %v, want ErrInvalid", err)
 	}
 }
 

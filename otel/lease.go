@@ -33,7 +33,8 @@ const (
 // five lease.Provider methods (so lease.ProviderOf and signals.New find the
 // capability, and use the instrumented calls) with
 // lease.TokenTransferer (see leases.TransferLeaseToken: on a provider
-// without it, by TransferLease and AcquireLease), lease.Inspector,
+// without it, by TransferLease and AcquireLease), lease.TokenReleaser (see
+// leases.ReleaseLeaseToken), lease.Inspector,
 // lease.BatchRenewer and signals.CrossProcessReporter. Other methods of the
 // backend are reached through the result's Unwrap() pubsub.PubSub method.
 // Wrap does not take over the backend: closing the result closes it.
@@ -77,7 +78,8 @@ func (in *Instrumentation) Wrap(backend pubsub.PubSub) pubsub.PubSub {
 }
 
 // WrapProvider returns p with a span and metrics per lease call. The result
-// implements lease.TokenTransferer (as Wrap's does), and lease.Inspector
+// implements lease.TokenTransferer and lease.TokenReleaser (as Wrap's
+// does), and lease.Inspector
 // and lease.BatchRenewer exactly when p does. A
 // nil p gives a Provider whose every call returns an error wrapping
 // ErrInvalid.
@@ -221,6 +223,27 @@ func (l *leases) GetLeaseOwner(ctx context.Context, key string) (string, error) 
 func (l *leases) ReleaseLease(ctx context.Context, key, owner string) error {
 	ctx, span := l.start(ctx, "release", key, owner, 0)
 	err := l.inner.ReleaseLease(ctx, key, owner)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	l.in.m.releases.Add(ctx, 1, metric.WithAttributes(attrResult.String(result)))
+	end(span, err, attrResult.String(result))
+	return err
+}
+
+// ReleaseLeaseToken releases one tenure through the wrapped provider's
+// ReleaseLeaseToken (lease.TokenReleaser, which lease.Held.Release uses),
+// in a span "lease release", counted as ReleaseLease counts; on a provider
+// without it, by ReleaseLease, which releases whatever tenure owner holds
+// (as lease.Held.Release would without this method).
+func (l *leases) ReleaseLeaseToken(ctx context.Context, key, owner string, token uint64) error {
+	tr, ok := l.inner.(lease.TokenReleaser)
+	if !ok {
+		return l.ReleaseLease(ctx, key, owner)
+	}
+	ctx, span := l.start(ctx, "release", key, owner, 0)
+	err := tr.ReleaseLeaseToken(ctx, key, owner, token)
 	result := "ok"
 	if err != nil {
 		result = "error"

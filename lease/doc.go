@@ -53,10 +53,11 @@
 // (a black-holed network, a client that ignores ctx deadlines), and however
 // long other Helds' renewals take. The backend cannot expire the lease
 // before start + TTL, so the holder has stopped before anyone else can hold
-// the key (not so after a Held.Transfer that returned a transport error: the
-// transfer may still run later and hand the key over while the Held is
-// live; see [Held.Transfer]). Run the guarded work under Held.Context, and bound a write that
-// must happen while the lease is held by Held.Deadline. The leasetest rule
+// the key. A Held.Transfer whose outcome is unknown (a transport error) ends
+// the Held at once: the transfer may still run at any later time and hand
+// the key over (see [Held.Transfer]). Run the guarded work under
+// Held.Context, and bound a write that must happen while the lease is held
+// by Held.Deadline. The leasetest rule
 // NeverReturningCallCannotKeepHeldAlive holds every backend to this.
 //
 // A lease is not a lock on the outside world: a holder paused longer than its

@@ -18,6 +18,12 @@ var (
 	// ErrTransferred is the cause a Held ends with after a successful
 	// Transfer: the lease lives on in the Held that Transfer returned.
 	ErrTransferred = errors.New("lease: transferred")
+
+	// ErrTransferUnknown is matched (errors.Is), beside ErrNotHeld, by the
+	// error of a Held.Transfer whose outcome is unknown and by the cause the
+	// Held then ends with: the transfer may have run, or may still run at
+	// any later time (see Held.Transfer).
+	ErrTransferUnknown = errors.New("lease: transfer outcome unknown")
 )
 
 const (
@@ -492,33 +498,27 @@ func (k *Keeper) callDone() {
 // it ends halfway between sent and the earliest loss deadline among hs
 // (Helds in the call that fail can then still be retried in time), or when
 // the Keeper closes.
-//
-// It also returns each Held's renewal generation at the call's start: a
-// result is applied only while the generation is unchanged (see
-// [Held.Transfer]).
-func (k *Keeper) callContext(hs []*Held, sent time.Time) (context.Context, context.CancelFunc, []uint64) {
+func (k *Keeper) callContext(hs []*Held, sent time.Time) (context.Context, context.CancelFunc) {
 	k.mu.Lock()
 	first := hs[0].loseAt
-	gens := make([]uint64, len(hs))
-	for i, h := range hs {
+	for _, h := range hs {
 		if h.loseAt.Before(first) {
 			first = h.loseAt
 		}
-		gens[i] = h.gen
 	}
 	k.mu.Unlock()
 	ctx, cancel := context.WithDeadline(k.stopCtx, sent.Add(first.Sub(sent)/2))
-	return ctx, cancel, gens
+	return ctx, cancel
 }
 
 // renewOne renews h with one RenewLease.
 func (k *Keeper) renewOne(h *Held) {
 	sent := time.Now()
-	ctx, cancel, gens := k.callContext([]*Held{h}, sent)
+	ctx, cancel := k.callContext([]*Held{h}, sent)
 	defer cancel()
 	ok, err := k.p.RenewLease(ctx, h.key, h.owner, h.ttl)
 	k.mu.Lock()
-	k.applyLocked(h, gens[0], sent, ok, err)
+	k.applyLocked(h, sent, ok, err)
 	k.mu.Unlock()
 }
 
@@ -532,7 +532,7 @@ func (k *Keeper) renewBatch(chunk []*Held) {
 		reqs[i] = Renewal{Key: h.key, Owner: h.owner, TTL: h.ttl}
 	}
 	sent := time.Now()
-	ctx, cancel, gens := k.callContext(chunk, sent)
+	ctx, cancel := k.callContext(chunk, sent)
 	defer cancel()
 	oks, err := k.batch.RenewLeases(ctx, reqs)
 	var each []error
@@ -558,18 +558,14 @@ func (k *Keeper) renewBatch(chunk []*Held) {
 		if herr == nil {
 			ok = oks[i]
 		}
-		k.applyLocked(h, gens[i], sent, ok, herr)
+		k.applyLocked(h, sent, ok, herr)
 	}
 }
 
-// applyLocked records the outcome of renewing h with a call started at sent
-// in renewal generation gen. k.mu is held. A Held whose loss deadline has
-// passed has ended, whatever the outcome; a result of an older generation
-// is dropped (a Transfer whose outcome is unknown started a new one).
-func (k *Keeper) applyLocked(h *Held, gen uint64, sent time.Time, ok bool, err error) {
-	if gen != h.gen {
-		return
-	}
+// applyLocked records the outcome of renewing h with a call started at
+// sent. k.mu is held. A Held whose loss deadline has passed has ended,
+// whatever the outcome.
+func (k *Keeper) applyLocked(h *Held, sent time.Time, ok bool, err error) {
 	h.renewing = false
 	k.expireLocked(h, time.Now())
 	if h.state != heldActive {
@@ -623,7 +619,6 @@ type Held struct {
 	cancel                    context.CancelCauseFunc
 	state                     heldState // guarded by k.mu, like the fields below
 	renewing                  bool      // a renew call for it is in flight
-	gen                       uint64    // renewal generation; results of older ones are dropped
 	next, loseAt              time.Time
 	timer                     *time.Timer // fires expire at loseAt
 	lastErr                   error
@@ -779,19 +774,25 @@ func (h *Held) Release(ctx context.Context) error {
 // transfer was refused because the lease was lost or revoked (then it also
 // matches ErrRevoked); an error wrapping
 // ErrNotHeld and the cause when this Held had already ended; ErrInvalid for
-// bad input (to empty or equal to Owner). On a transport error of the
-// transfer this Held goes on being kept (renewal tells whether the transfer
-// happened); when the transfer succeeded but reading the new token failed,
-// the error is returned and the lease stays with to until it expires.
+// bad input (to empty or equal to Owner). When the call was surely not sent
+// (its error matches ErrNotSent) or the provider refused it as closed
+// (ErrClosed), this Held goes on being kept.
 //
-// A renewal that succeeds after such an error does not prove that the
-// transfer will not happen: a request the network delivers late (after a
-// partition heals) still runs, and hands the key to to while this Held
-// reports it live, until its next renewal is refused or its loss deadline
-// passes (TestReviewH70LateTransferAfterRenewal: up to a third of the TTL
-// with the network up, up to its loss deadline with it down). After a
-// Transfer that returned a transport error, to may hold the key at any
-// time: end the guarded work, or rely on fencing tokens.
+// Any other error leaves the transfer's outcome unknown, and then this Held
+// ends at once (failing closed), with an error wrapping ErrNotHeld,
+// ErrTransferUnknown and the cause, which Transfer returns: a transfer sent to a server that did not
+// answer may run there at any later time (a request the network delivers
+// after a partition heals, past every retry and renewal), handing the key to
+// to, so no later renewal can prove that this Held still holds it
+// (TestReviewH70LateTransferAfterRenewal: before, the Held was renewed at
+// once, the renewal succeeded, and the late transfer then gave the key to to
+// while the Held reported it live for up to its loss deadline). The key is
+// then held by this Held's owner, until it expires or Release deletes it
+// (with this Held's token, on a [TokenReleaser]: a transfer that runs after
+// the release is refused), or by to, who learns it with AcquireLease (which
+// a lease to holds grants) or lease.Wait. When the transfer succeeded but
+// reading the new token failed, the error is returned and the lease stays
+// with to until it expires.
 func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 	if err := CheckTransfer(h.key, h.owner, to, h.ttl); err != nil {
 		return nil, err
@@ -828,17 +829,17 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 		k.endLocked(h, err, false)
 		k.mu.Unlock()
 		return nil, err
+	case err != nil && !transferSurelyNotRun(err):
+		// The outcome is unknown, and stays so: the transfer may still run
+		// (see the doc comment). Fail closed.
+		err = fmt.Errorf("%w: lease %q of %s: %w: transfer to %s may have run or may still run: %w", ErrNotHeld, h.key, h.owner, ErrTransferUnknown, to, err)
+		k.endLocked(h, err, false)
+		k.mu.Unlock()
+		return nil, err
 	case err != nil:
 		if h.state == heldTransferring {
 			h.state = heldActive
-			// Renew at once: it tells whether the transfer happened. A
-			// renewal already in flight may have been answered before the
-			// transfer reached the server: a new generation drops its
-			// result rather than let it keep the Held live.
-			h.gen++
-			h.renewing = false
-			h.next = time.Now()
-			k.signal()
+			k.signal() // a renewal may have come due while it was in flight
 		}
 		k.mu.Unlock()
 		return nil, fmt.Errorf("lease: transfer %q from %s to %s: %w", h.key, h.owner, to, err)
@@ -863,4 +864,11 @@ func (h *Held) Transfer(ctx context.Context, to string) (*Held, error) {
 		return nil, fmt.Errorf("%w: lease %q lost right after its transfer to %s: %w", ErrNotHeld, h.key, to, NewHeldError(h.key, r))
 	}
 	return k.start(ctx, h.key, to, r.Token, h.ttl, h.interval, sent)
+}
+
+// transferSurelyNotRun reports whether a transfer that failed with err
+// surely did not run and never will: a call never sent (ErrNotSent) or
+// refused by a closed provider (ErrClosed).
+func transferSurelyNotRun(err error) bool {
+	return errors.Is(err, ErrNotSent) || errors.Is(err, ErrClosed)
 }

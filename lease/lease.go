@@ -78,7 +78,11 @@ type Provider interface {
 	// TransferLease hands key from fromOwner to toOwner in one atomic step,
 	// with a new token and a full ttl, and reports true; it reports false
 	// when fromOwner no longer holds the lease. The key is never free in
-	// between.
+	// between. After a transport error (a call that may have been sent: not
+	// ErrNotSent) the transfer may still run at any later time, after later
+	// calls of fromOwner succeeded too (a request the network delivers
+	// late): fromOwner must then treat the lease as lost, as Held.Transfer
+	// does.
 	TransferLease(ctx context.Context, key, fromOwner, toOwner string, ttl time.Duration) (bool, error)
 }
 

@@ -642,13 +642,14 @@ func (s *session) loop() {
 				nh, err := held.Transfer(tctx, nextOwner)
 				cancel()
 				if err != nil {
-					if outcomeUnknown(err) && !errors.Is(err, lease.ErrNotHeld) {
+					if errors.Is(err, lease.ErrTransferUnknown) {
 						// Its reply was lost: the transfer may have run,
 						// or may still, leasing the thread to nextRun,
-						// which never starts here; the Held's renewal
-						// tells, and this tenure then ends with the
-						// lease lost. Remembered so that the thread is
-						// taken over for nextRun (givenup.go).
+						// which never starts here; the Held has ended
+						// (lease.Held.Transfer fails closed), so this
+						// tenure ends with the lease lost. Remembered so
+						// that the thread is taken over for nextRun
+						// (givenup.go).
 						rt.noteGivenUp(s.thread, nextRun, nextOwner, time.Now())
 						handOffLost = true
 					}

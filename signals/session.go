@@ -697,6 +697,18 @@ func (s *session) loop() {
 				timer.Reset(firstWait)
 				continue
 			}
+			if s.dropPending() {
+				// A Cancel with DropQueued reached this tenure and its
+				// mark is not read yet: the signals before it are to be
+				// dropped here. A next tenure knows nothing of the drop
+				// and would run them (review h71, a read slower than the
+				// linger time: TestReviewH71DropQueuedSurvivesTenureEnd).
+				// The mark is in the inbox (stored before the request):
+				// read on until it comes.
+				s.kick()
+				timer.Reset(firstWait)
+				continue
+			}
 			if h := rt.cfg.hooks.lingerEnd; h != nil {
 				h(s.thread)
 			}

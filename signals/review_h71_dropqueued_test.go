@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -155,5 +156,86 @@ func TestReviewH71DropQueuedSurvivesTenureEnd(t *testing.T) {
 	t.Logf("ran %v (slowed %d inbox reads)", ran, hook.hits.Load())
 	if ran["q1"] != 0 || ran["q2"] != 0 {
 		t.Errorf("Cancel(DropQueued) returned Cancelled for the owner's running run, yet the signals queued before it ran: q1 %d times, q2 %d times", ran["q1"], ran["q2"])
+	}
+}
+
+// TestReviewH71DropPendingWithMarkGoneEndsTenure (review h71): the tenure
+// that reads on past its linger time while a drop is pending (its mark not
+// read yet) stops doing so once the inbox holds nothing more for it: a
+// mark that will never come (deleted from the inbox by hand after Cancel
+// returned) does not hold the thread for half the dedupe window (30 minutes
+// by default), dropping what is sent meanwhile. The tenure drops the two
+// queued signals and releases the thread within seconds.
+func TestReviewH71DropPendingWithMarkGoneEndsTenure(t *testing.T) {
+	srv, c := startRedis(t)
+	ctx := context.Background()
+	const prefix, thread = "h71dg", "dg"
+	hook := &slowInboxReads{inbox: signals.InboxTopic(thread), delay: 300 * time.Millisecond}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	started := make(chan struct{}, 1)
+	agent := func(ctx context.Context, run *signals.Run) error {
+		for _, s := range run.Signals {
+			mu.Lock()
+			ran[s.ID]++
+			mu.Unlock()
+			if s.ID == "hang" {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	rt, _ := urlRuntime(t, srv.URL(), prefix, "A", agent, hook,
+		signals.WithLeaseTTL(2*time.Second), signals.WithRecoveryInterval(200*time.Millisecond), signals.WithLinger(20*time.Millisecond))
+	look, err := redisstreams.NewURL(ctx, srv.URL(), redisstreams.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+	if _, err := rt.Send(ctx, thread, signals.Signal{ID: "hang", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first run did not start")
+	}
+	for _, id := range []string{"q1", "q2"} {
+		if _, err := rt.Send(ctx, thread, signals.Signal{ID: id, Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook.on.Store(true)
+	if res, err := rt.Cancel(ctx, thread, "stop", signals.DropQueued()); err != nil || !res.Cancelled {
+		t.Fatalf("Cancel = %+v, %v; want the running run cancelled", res, err)
+	}
+	// The mark, the inbox's last entry, goes before the owner reads it.
+	inbox := prefix + ":{" + signals.InboxTopic(thread) + "}"
+	last, err := c.XRevRangeN(ctx, inbox, "+", "-", 1).Result()
+	if err != nil || len(last) != 1 {
+		t.Fatalf("inbox's last entry: %v, %v", last, err)
+	}
+	if err := c.XDel(ctx, inbox, last[0].ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		owner, err := look.GetLeaseOwner(ctx, signals.LeaseKey(thread))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread is still held by %s 15s after its drop's mark was deleted", owner)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["q1"] != 0 || ran["q2"] != 0 {
+		t.Errorf("queued signals ran: %v", ran)
 	}
 }

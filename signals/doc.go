@@ -422,9 +422,11 @@
 // that a runtime reads it and the inbox is deleted when nobody holds the
 // thread); the owner then records and acks, without running, every entry
 // before the mark, and its tenure does not end before it read the mark,
-// whatever its linger time (for at most half the dedupe window: before,
+// whatever its linger time, while the inbox group has entries left for it
+// (pubsub.BacklogReader) and for at most half the dedupe window (before,
 // an inbox read slower than the linger time ended the tenure, and the next
-// one ran those entries: TestReviewH71DropQueuedSurvivesTenureEnd). The mark is recorded in the done record as it is read:
+// one ran those entries: TestReviewH71DropQueuedSurvivesTenureEnd; a mark
+// deleted by hand: TestReviewH71DropPendingWithMarkGoneEndsTenure). The mark is recorded in the done record as it is read:
 // a request that reaches the owner after its mark was read (a Send woke
 // the owner in between) drops nothing, so signals sent after Cancel
 // returned always run (TestDropMarkRaceNatural). Several Cancels with

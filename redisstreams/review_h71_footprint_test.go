@@ -607,3 +607,95 @@ func TestReviewH71DeadLetterTopicOfDrainedTopic(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewH71ClusterBackendFootprint (review h71): the churn of distinct
+// topics on a 3-master Cluster (default ClusterClient options), where each
+// hash slot read gets a shared reader of its own and readers, node readers,
+// ack lanes and pass slots are kept per master: once every subscription
+// ended and the drained streams expired, no key is left on any master, and
+// the Backend's per-topic tables are empty; what stays is per master (the
+// batch lanes, at most maxLanes each, as documented).
+func TestReviewH71ClusterBackendFootprint(t *testing.T) {
+	redistest.Require(t)
+	cl := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	b := psBackend(t, c, Options{BlockTime: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	n := 600
+	if testing.Short() {
+		n = 150
+	}
+	one := func(i int) error {
+		topic := fmt.Sprint("ct", i)
+		got := make(chan struct{}, 4)
+		h := func(context.Context, pubsub.Event) error { got <- struct{}{}; return nil }
+		var sub pubsub.Subscription
+		var err error
+		switch i % 3 {
+		case 0:
+			sub, err = b.Subscribe(ctx, topic, h, pubsub.Group("own"), pubsub.ExpireWhenDrained(200*time.Millisecond), pubsub.ReadOnDemand())
+		case 1:
+			sub, err = b.Subscribe(ctx, topic, h)
+		case 2:
+			sub, err = b.Subscribe(ctx, topic, h, pubsub.Group("g"))
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.PublishFor(ctx, topic, "own", pubsub.Event{Type: "t"}); err != nil {
+			return err
+		}
+		if k, ok := sub.(pubsub.Kicker); ok {
+			k.Kick()
+		}
+		select {
+		case <-got:
+		case <-time.After(20 * time.Second):
+			return fmt.Errorf("%s: not delivered", topic)
+		}
+		if err := sub.Unsubscribe(ctx); err != nil {
+			return err
+		}
+		if i%3 != 0 {
+			return b.DeleteTopic(ctx, topic)
+		}
+		return nil
+	}
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error { return one(i) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := b.opts.Prefix
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var mu sync.Mutex
+		var left []string
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			ks := scanAll(t, m, prefix+":*")
+			mu.Lock()
+			for _, k := range ks {
+				left = append(left, fmt.Sprintf("%s (%s, PTTL %v)", k.key, k.typ, k.pttl))
+			}
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := busMapsOf(b)
+		perMaster := m.pubLanes <= maxLanes && m.readLanes <= maxLanes && m.masterPasses <= maxLanes
+		m.pubLanes, m.readLanes, m.masterPasses = 0, 0, 0
+		if len(left) == 0 && m.zero() && perMaster {
+			t.Logf("per-master tables left: %+v", busMapsOf(b))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after the churn of %d topics: %d keys, e.g. %q; tables %+v", n, len(left), left[:min(len(left), 10)], busMapsOf(b))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

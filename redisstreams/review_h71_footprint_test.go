@@ -144,6 +144,8 @@ func TestReviewH71BackendFootprint(t *testing.T) {
 	t.Cleanup(func() { _ = k.Close() })
 	const shared = 10
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before k.Close (cleanups run last first)
 	var kHeld atomic.Int64
 	var kSubs []pubsub.Subscription
 	var kGuards []string
@@ -160,6 +162,22 @@ func TestReviewH71BackendFootprint(t *testing.T) {
 		kSubs = append(kSubs, sub)
 		kGuards = append(kGuards, sub.(*groupSub).guard)
 	}
+	// K, the only member yet, takes them all (two at a time in its
+	// hanging handlers, the rest read ahead); then a live member joins,
+	// and K's process dies.
+	for i := range shared {
+		for j := range 4 {
+			if err := a.PublishFor(ctx, fmt.Sprint("shared", i), "g", pubsub.Event{ID: fmt.Sprint("s", i, "-", j), Type: "t"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); kHeld.Load() < 2*shared; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the member to kill holds %d entries in its handlers after 20s, want %d", kHeld.Load(), 2*shared)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var sharedRan atomic.Int64
 	var aShared []pubsub.Subscription
 	for i := range shared {
@@ -173,26 +191,12 @@ func TestReviewH71BackendFootprint(t *testing.T) {
 		}
 		aShared = append(aShared, sub)
 	}
-	// K takes some of them (its handlers hang), then its process dies.
-	for i := range shared {
-		for j := range 4 {
-			if err := a.PublishFor(ctx, fmt.Sprint("shared", i), "g", pubsub.Event{ID: fmt.Sprint("s", i, "-", j), Type: "t"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); kHeld.Load() < shared; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the member to kill holds %d entries after 10s, want %d", kHeld.Load(), shared)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	proxy.SetRefuse(true)
 	proxy.CutAll()
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_ = k.Shutdown(sctx) // gives up on the hung handlers: nothing acked, nothing cleaned up
 	cancel()
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	_ = kSubs
 
 	// The churn of distinct topics on the live Backend.

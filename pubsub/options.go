@@ -262,6 +262,12 @@ func ReadOnDemand() SubscribeOption {
 // missing and makes it again, as after a DrainedDeleter deletion). A
 // backend whose topics live no longer than its process (inmem) ignores
 // the option. It requires Group; ttl must be positive.
+//
+// Only the topic is deleted: its dead letters ([MaxDeliveries]) are on
+// [DeadLetterTopic](topic), a topic of its own that this option does not
+// expire. Each backend says how long it keeps such a topic (on
+// redisstreams, until it is deleted or its Options.StreamIdleTTL passes:
+// each topic that dead-lettered leaves one stream).
 func ExpireWhenDrained(ttl time.Duration) SubscribeOption {
 	return func(c *SubscribeConfig) {
 		if ttl <= 0 {

@@ -137,7 +137,15 @@
 // the ack of a dead-lettered entry sent outside the acker
 // (TestExpireWhenDrainedDeadLetterAck), so the signals
 // runtime's inboxes go even when the process that held them was killed
-// (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). Lease keys
+// (TestExpireWhenDrained; signals' TestKilledOwnerLeavesNoInbox). The
+// dead letters of such a subscription (pubsub.MaxDeliveries) are not
+// expired with it: its dead-letter topic, "<topic>.dead", is a stream of
+// its own, with no group and no expiry, which a trim keeps to its newest
+// Retention entries and nothing else removes, so every ExpireWhenDrained
+// topic that ever dead-lettered leaves one stream behind after it expired,
+// until [Backend.DeleteTopic] of the dead-letter topic, or StreamIdleTTL,
+// which expires it as any other stream
+// (TestReviewH71DeadLetterTopicOfDrainedTopic). Lease keys
 // expire with their lease; each lease key's fencing counter and state
 // records go Options.FenceIdle and Options.LeaseStatusWindow after its last
 // lease ended.

@@ -421,7 +421,12 @@
 // first publishes a mark into the thread's inbox (with a wake notice, so
 // that a runtime reads it and the inbox is deleted when nobody holds the
 // thread); the owner then records and acks, without running, every entry
-// before the mark. The mark is recorded in the done record as it is read:
+// before the mark, and its tenure does not end before it read the mark,
+// whatever its linger time, while the inbox group has entries left for it
+// (pubsub.BacklogReader) and for at most half the dedupe window (before,
+// an inbox read slower than the linger time ended the tenure, and the next
+// one ran those entries: TestReviewH71DropQueuedSurvivesTenureEnd; a mark
+// deleted by hand: TestReviewH71DropPendingWithMarkGoneEndsTenure). The mark is recorded in the done record as it is read:
 // a request that reaches the owner after its mark was read (a Send woke
 // the owner in between) drops nothing, so signals sent after Cancel
 // returned always run (TestDropMarkRaceNatural). Several Cancels with
@@ -525,6 +530,25 @@
 // it goes with the inbox (TestKilledOwnerMixedSenderKeepsSignal keeps it
 // through a 16s outage). Give every process a pubsub that publishes with
 // the group, as redisstreams and the otel module's wrapper do.
+//
+// In memory, a runtime keeps nothing for a thread once it holds no tenure,
+// lapse watch, inbox to tidy or given-up acquire of it (each goes as
+// described above), except in four tables, which do not shrink when the
+// work ends: the done cache (the newest 65,536 thread/ID pairs this
+// process ran); when it first received each wake notice it has not acked
+// (one that it nacked and another runtime then acked stays too), dropped
+// once older than 10 minutes; what it knows of the clean ends of its
+// tenures of each thread (one entry per thread), dropped once older than
+// 10 minutes; and its notice handlers' last reads of each watched thread's
+// done record (up to 256 IDs each), dropped once older than a recovery
+// interval. Those drops happen only as a new entry is added (a notice, a
+// tenure's end, a watch of a new thread), and only while the table holds
+// 4,096 entries or more (1,024 for the watches): so an idle runtime keeps
+// up to 4,095 entries of each until Close, and after a burst of more
+// threads, what the burst left until new ones come
+// (TestReviewH71SignalsFootprint: about 5,600 tenure ends and 600 watched
+// records per runtime stayed after 11,050 threads went idle; sessions,
+// lapse watch, tidy and given-up tables were empty).
 //
 // # Limits
 //

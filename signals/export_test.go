@@ -73,3 +73,36 @@ func RecordHas(rec, id string) bool { return recordHas(rec, id) }
 // TidyLater has the runtime tidy thread's inbox later, as a tenure whose
 // drained inbox could not be deleted does.
 func (rt *Runtime) TidyLater(thread string) { rt.tidyLater(thread) }
+
+// Footprint returns the sizes of rt's in-process tables that can grow with
+// threads (review h71): tenures, notices seen, tenure ends, watches, tidy
+// entries, given-up acquires, adoptions, lapse entries, the done cache, and
+// the Cancels waiting for an answer.
+func Footprint(rt *Runtime) map[string]int {
+	m := map[string]int{}
+	rt.mu.Lock()
+	m["sessions"], m["adopting"] = len(rt.sessions), len(rt.adopting)
+	rt.mu.Unlock()
+	rt.seenMu.Lock()
+	m["seen"], m["ends"] = len(rt.seen), len(rt.ends)
+	rt.seenMu.Unlock()
+	rt.watchMu.Lock()
+	m["watching"] = len(rt.watching)
+	rt.watchMu.Unlock()
+	rt.tidyMu.Lock()
+	m["tidy"] = len(rt.tidy)
+	rt.tidyMu.Unlock()
+	rt.guMu.Lock()
+	m["givenUp"] = len(rt.givenUp)
+	rt.guMu.Unlock()
+	m["lapse"] = rt.lapse.len()
+	rt.done.mu.Lock()
+	m["doneCache"] = len(rt.done.set)
+	rt.done.mu.Unlock()
+	if rt.ctl != nil {
+		rt.ctl.mu.Lock()
+		m["ctlWaiting"] = len(rt.ctl.waiting)
+		rt.ctl.mu.Unlock()
+	}
+	return m
+}

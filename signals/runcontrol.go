@@ -203,6 +203,23 @@ func (s *session) dropped(d delivery) bool {
 	return true
 }
 
+// dropPending reports whether a drop is on: a mark whose request came is
+// not read yet. A mark read already (here or by an earlier tenure), or one
+// older than half the dedupe window (markTooOld: its request would start
+// no drop any more), ends its drop here, so that a mark that never comes
+// (its inbox deleted) holds the tenure no longer than that.
+func (s *session) dropPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for id := range s.ctl.drops {
+		if s.ranHere(id) || markTooOld(id, now, s.rt.cfg.dedup) {
+			delete(s.ctl.drops, id)
+		}
+	}
+	return len(s.ctl.drops) > 0
+}
+
 // markPrefix starts every drop mark's ID.
 const markPrefix = "cancel-mark-"
 

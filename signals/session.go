@@ -698,6 +698,22 @@ func (s *session) loop() {
 				timer.Reset(firstWait)
 				continue
 			}
+			if s.dropPending() {
+				// A Cancel with DropQueued reached this tenure and its
+				// mark is not read yet: the signals before it are to be
+				// dropped here. A next tenure knows nothing of the drop
+				// and would run them (review h71, a read slower than the
+				// linger time: TestReviewH71DropQueuedSurvivesTenureEnd).
+				// The mark is in the inbox (stored before the request):
+				// read on until it comes, while the inbox still holds
+				// something for this tenure (a mark gone otherwise, its
+				// inbox deleted by hand, must not hold the thread).
+				if s.inboxHoldsMore() {
+					s.kick()
+					timer.Reset(firstWait)
+					continue
+				}
+			}
 			if h := rt.cfg.hooks.lingerEnd; h != nil {
 				h(s.thread)
 			}
@@ -887,6 +903,20 @@ func (s *session) dropDrainedInbox() bool {
 	s.drained = gone
 	s.mu.Unlock()
 	return true
+}
+
+// inboxHoldsMore reports whether the inbox group may still have an entry
+// to give this tenure (pubsub.BacklogReader: one not delivered, or
+// delivered and not acked; true when the backlog cannot be told or read),
+// false without a BacklogReader.
+func (s *session) inboxHoldsMore() bool {
+	if s.rt.br == nil {
+		return false
+	}
+	ctx, cancel := s.rt.teardownCtx()
+	defer cancel()
+	bl, err := s.rt.br.GroupBacklog(ctx, InboxTopic(s.thread), InboxGroup)
+	return err != nil || bl.Lag != 0 || bl.Pending != 0
 }
 
 // ranHereNow reports, without waiting, whether this tenure (or this

@@ -1646,6 +1646,36 @@ func (g *groupSub) work() {
 // that a nacked entry never holds up the others.
 func (g *groupSub) process(m *groupMsg) {
 	g.mu.Lock()
+	since := time.Since(m.received)
+	stale := !m.lost && since >= g.cfg.AckDeadline/2
+	g.mu.Unlock()
+	if stale && g.ctx.Err() == nil {
+		// Queued long enough that our claim may not have been refreshed
+		// (a pass that failed, a hand-back that failed and put it back)
+		// and another member may have taken it over: start it only if it
+		// is still ours, as retryInPlace does, claiming it again (JUSTID:
+		// no delivery counted) at MinIdle the time since our claim, which
+		// one taken over since no longer has. When that cannot be
+		// checked, it is left pending here, to be taken over after the
+		// ack deadline (review h72:
+		// TestReviewH72BlackHoledMemberRunsTakenOverEvents: a member
+		// black-holed past its hand-back ran 256 events a live member had
+		// taken over and run).
+		claimed, err := g.s.b.client.XClaimJustID(g.ctx, &redis.XClaimArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer,
+			MinIdle: since, Messages: []string{m.id},
+		}).Result()
+		g.mu.Lock()
+		switch {
+		case g.ctx.Err() != nil:
+		case err != nil || len(claimed) == 0:
+			m.lost = true
+		default:
+			m.received = time.Now()
+		}
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
 	if g.ctx.Err() != nil {
 		g.mu.Unlock()
 		return // handed back by cleanup

@@ -62,6 +62,10 @@ type groupSub struct {
 	// server only if no later one ran and the subscription has not ended.
 	guard   string
 	readSeq uint64
+	// readBiggest is the size of the biggest entry the latest read that
+	// returned entries had (readBytes): the next read's first chunk
+	// (read.lua) takes as many as fit in readBudget. readLoop's own.
+	readBiggest int
 	// lateRisk says a command that sets the guard may still reach the
 	// server late (the guard had to be set again): then cleanup leaves a
 	// tombstone in the guard instead of deleting it, so that the late copy
@@ -1009,7 +1013,13 @@ func (g *groupSub) readLoop() {
 		// this consumer ran and the subscription has not ended, so a read
 		// the network delivers late runs nothing.
 		g.readSeq++
-		args := []any{g.group, g.consumer, n, g.readSeq, readGuardTTL.Milliseconds()}
+		// read.lua's first XREADGROUP reads as many entries as the
+		// biggest of the previous read's fit in readBudget (1 before any).
+		first := 1
+		if g.readBiggest > 0 {
+			first = max(1, min(n, readBudget/g.readBiggest))
+		}
+		args := []any{g.group, g.consumer, fmt.Sprintf("%d/%d", n, first), g.readSeq, readGuardTTL.Milliseconds()}
 		if g.cfg.ReadOnDemand {
 			// With the stream's last entry, read in the same step: when
 			// the read returned it, nothing the kick covers is left
@@ -1137,7 +1147,11 @@ func (g *groupSub) readLoop() {
 		g.putTokens(n - got)
 		// A read that reached read.lua's byte budget may have stopped
 		// short of its count with more entries waiting: read again.
-		more = (got == n || readBytes(res) >= readBudget) && !readToEnd(res, tail)
+		bytes, biggest := readBytes(res)
+		if got > 0 {
+			g.readBiggest = biggest
+		}
+		more = (got == n || bytes >= readBudget) && !readToEnd(res, tail)
 		if !more {
 			g.setBell(last, res)
 		}
@@ -1224,20 +1238,23 @@ func readStreams(v any) ([]redis.XStream, error) {
 const readBudget = 1 << 20
 
 // readBytes sums the lengths of the fields and values of the entries of
-// res, as read.lua counts them against readBudget.
-func readBytes(res []redis.XStream) int {
-	n := 0
+// res, as read.lua counts them against readBudget, and returns the
+// biggest entry's too.
+func readBytes(res []redis.XStream) (total, biggest int) {
 	for _, xs := range res {
 		for _, m := range xs.Messages {
+			size := 0
 			for k, v := range m.Values {
-				n += len(k)
+				size += len(k)
 				if s, ok := v.(string); ok {
-					n += len(s)
+					size += len(s)
 				}
 			}
+			total += size
+			biggest = max(biggest, size)
 		}
 	}
-	return n
+	return total, biggest
 }
 
 // readToEnd reports whether a read returned the stream's last entry, tail

@@ -124,7 +124,17 @@ type Options struct {
 	// MaxBlockTime]. Default DefaultBlockTime.
 	BlockTime time.Duration
 	// BatchSize is the COUNT of stream reads and the largest publish
-	// pipeline, at most MaxBatchSize. Default DefaultBatchSize.
+	// pipeline, at most MaxBatchSize. Default DefaultBatchSize. A group
+	// subscription's read also stops once it returned about 1 MiB of
+	// entries (an entry bigger than that is read alone): its script holds
+	// the server while it runs, and one read of 256 entries of 1 MiB held
+	// it for 13.4s, every client of the server waiting and its calls
+	// failing past go-redis's ReadTimeout (review h72,
+	// TestReviewH72BigEventBacklogBlocksServer: the slowest PING now
+	// 0.16s). Its first XREADGROUP reads as many as the biggest entry of
+	// the previous read fit in that budget, so small entries still take
+	// one call (BenchmarkEndToEnd16: 27.8-29.6k events/s against
+	// 24.8-29.2k before the budget, 3 alternating runs each).
 	BatchSize int
 	// Consumer names this process in consumer groups. The Backend appends a
 	// random suffix of its own and a number per group subscription

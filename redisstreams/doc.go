@@ -306,7 +306,15 @@
 // before, five events waited behind a hung handler for as long as it hung,
 // their idle time refreshed; now an idle member that subscribed after the
 // hang began had them 1.52-1.54s later, AckDeadline 1s, in 6 runs). A Concurrency(1) handler waiting out a
-// nacked entry's redelivery delay is not counted as stuck.
+// nacked entry's redelivery delay is not counted as stuck. When that
+// hand-back fails (the member cut off from the server), the entries stay
+// queued; a handler starts a queued entry whose claim was last made or
+// refreshed half an AckDeadline ago or more only after claiming it again
+// at that idle time (XCLAIM JUSTID, no delivery counted), and leaves it
+// to the member that took it over, or to the ack deadline when the claim
+// fails (TestReviewH72BlackHoledMemberRunsTakenOverEvents: before, a
+// member black-holed for 21s ran, once the hole healed, 256 events a live
+// member had taken over and run meanwhile).
 //
 // Reading ahead has two consequences users see (review h53). A member reads
 // up to Concurrency + BatchSize entries ahead of its handlers (Concurrency

@@ -62,6 +62,10 @@ type groupSub struct {
 	// server only if no later one ran and the subscription has not ended.
 	guard   string
 	readSeq uint64
+	// readBiggest is the size of the biggest entry the latest read that
+	// returned entries had (readBytes): the next read's first chunk
+	// (read.lua) takes as many as fit in readBudget. readLoop's own.
+	readBiggest int
 	// lateRisk says a command that sets the guard may still reach the
 	// server late (the guard had to be set again): then cleanup leaves a
 	// tombstone in the guard instead of deleting it, so that the late copy
@@ -1009,7 +1013,13 @@ func (g *groupSub) readLoop() {
 		// this consumer ran and the subscription has not ended, so a read
 		// the network delivers late runs nothing.
 		g.readSeq++
-		args := []any{g.group, g.consumer, n, g.readSeq, readGuardTTL.Milliseconds()}
+		// read.lua's first XREADGROUP reads as many entries as the
+		// biggest of the previous read's fit in readBudget (1 before any).
+		first := 1
+		if g.readBiggest > 0 {
+			first = max(1, min(n, readBudget/g.readBiggest))
+		}
+		args := []any{g.group, g.consumer, fmt.Sprintf("%d/%d", n, first), g.readSeq, readGuardTTL.Milliseconds()}
 		if g.cfg.ReadOnDemand {
 			// With the stream's last entry, read in the same step: when
 			// the read returned it, nothing the kick covers is left
@@ -1135,7 +1145,13 @@ func (g *groupSub) readLoop() {
 		}
 		got := g.queueRead(res, now)
 		g.putTokens(n - got)
-		more = got == n && !readToEnd(res, tail)
+		// A read that reached read.lua's byte budget may have stopped
+		// short of its count with more entries waiting: read again.
+		bytes, biggest := readBytes(res)
+		if got > 0 {
+			g.readBiggest = biggest
+		}
+		more = (got == n || bytes >= readBudget) && !readToEnd(res, tail)
 		if !more {
 			g.setBell(last, res)
 		}
@@ -1211,6 +1227,34 @@ func readStreams(v any) ([]redis.XStream, error) {
 		res = append(res, redis.XStream{Stream: name, Messages: msgs})
 	}
 	return res, nil
+}
+
+// readBudget is about how many bytes of entries (their fields and values)
+// one group read returns at most (read.lua stops once it has that many; an
+// entry bigger than it is read alone): read.lua passes its reply through
+// Lua, which took 13.4s for 256 entries of 1 MiB, the server answering no
+// client meanwhile (review h72, TestReviewH72BigEventBacklogBlocksServer).
+// Keep it equal to read.lua's budget.
+const readBudget = 1 << 20
+
+// readBytes sums the lengths of the fields and values of the entries of
+// res, as read.lua counts them against readBudget, and returns the
+// biggest entry's too.
+func readBytes(res []redis.XStream) (total, biggest int) {
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			size := 0
+			for k, v := range m.Values {
+				size += len(k)
+				if s, ok := v.(string); ok {
+					size += len(s)
+				}
+			}
+			total += size
+			biggest = max(biggest, size)
+		}
+	}
+	return total, biggest
 }
 
 // readToEnd reports whether a read returned the stream's last entry, tail
@@ -1618,6 +1662,36 @@ func (g *groupSub) work() {
 // holding no handler, for retryLoop to deliver again after the delay, so
 // that a nacked entry never holds up the others.
 func (g *groupSub) process(m *groupMsg) {
+	g.mu.Lock()
+	since := time.Since(m.received)
+	stale := !m.lost && since >= g.cfg.AckDeadline/2
+	g.mu.Unlock()
+	if stale && g.ctx.Err() == nil {
+		// Queued long enough that our claim may not have been refreshed
+		// (a pass that failed, a hand-back that failed and put it back)
+		// and another member may have taken it over: start it only if it
+		// is still ours, as retryInPlace does, claiming it again (JUSTID:
+		// no delivery counted) at MinIdle the time since our claim, which
+		// one taken over since no longer has. When that cannot be
+		// checked, it is left pending here, to be taken over after the
+		// ack deadline (review h72:
+		// TestReviewH72BlackHoledMemberRunsTakenOverEvents: a member
+		// black-holed past its hand-back ran 256 events a live member had
+		// taken over and run).
+		claimed, err := g.s.b.client.XClaimJustID(g.ctx, &redis.XClaimArgs{
+			Stream: g.key, Group: g.group, Consumer: g.consumer,
+			MinIdle: since, Messages: []string{m.id},
+		}).Result()
+		g.mu.Lock()
+		switch {
+		case g.ctx.Err() != nil:
+		case err != nil || len(claimed) == 0:
+			m.lost = true
+		default:
+			m.received = time.Now()
+		}
+		g.mu.Unlock()
+	}
 	g.mu.Lock()
 	if g.ctx.Err() != nil {
 		g.mu.Unlock()

@@ -44,7 +44,14 @@ import (
 // reads the inbox and releases the thread when nothing waits. An owner is
 // not forgotten when its lease is taken over: an acquire sent several times
 // for it (a Send's, then the settle's tries) may lease the thread to it
-// again later (TestLateStragglerAfterTakeover), and is taken over again. A
+// again later (TestLateStragglerAfterTakeover): once a tenure of its run
+// started, such a lease is released and the thread taken for a new run, as
+// after a failed release (markGivenUpRan), not taken over for that run
+// again, which started it twice under one Run.ID and owner and let a late
+// copy of its first tenure's release delete the second's lease
+// (TestReviewH69LateStragglerStartsRunTwice,
+// TestReviewH69StragglerReleaseCopyRunsTwice: a peer ran the thread beside
+// it). A
 // late lease that was revoked meanwhile is released (its run never
 // started) rather than taken over. Close releases the leases such owners
 // hold. Owners are unique per run (Runtime.newRun), so a lease of another
@@ -64,7 +71,8 @@ type givenUpLease struct {
 	runID, owner string
 	at           time.Time // when it was noted
 	// ran: the owner is a tenure whose release failed, whose runs ran
-	// (noteReleaseFailed). Its lease is not taken over for its run, which
+	// (noteReleaseFailed), or whose run started after its call's outcome
+	// was unknown (markGivenUpRan). Its lease is not taken over for its run, which
 	// would start that run again under the same Run.ID and fencing token
 	// (a re-acquire by the same owner keeps its token): adopt releases it
 	// and takes the thread for a new run.
@@ -182,8 +190,26 @@ func (rt *Runtime) givenUpRun(thread, owner string, now time.Time) (runID string
 	return "", false
 }
 
+// markGivenUpRan marks owner, if remembered for thread, as a tenure whose
+// run started (givenUpLease.ran): a later copy of its call is released
+// and the thread taken for a new run (adopt), not taken over for this run
+// again.
+func (rt *Runtime) markGivenUpRan(thread, owner string) {
+	if owner == "" || rt.guLen.Load() == 0 {
+		return
+	}
+	rt.guMu.Lock()
+	defer rt.guMu.Unlock()
+	l := rt.givenUp[thread]
+	for i := range l {
+		if l[i].owner == owner {
+			l[i].ran = true
+		}
+	}
+}
+
 // givenUpRan reports whether owner is remembered for thread as a tenure
-// whose release failed (givenUpLease.ran).
+// whose run started (givenUpLease.ran).
 func (rt *Runtime) givenUpRan(thread, owner string, now time.Time) bool {
 	if owner == "" || rt.guLen.Load() == 0 {
 		return false

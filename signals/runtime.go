@@ -675,6 +675,15 @@ func (rt *Runtime) wakeAs(ctx context.Context, thread string, recovery bool, run
 		return nil, false, s.holder, s.err
 	}
 	s.held, s.runID, s.acquired = held, runID, true
+	if settling {
+		// A run of a call of unknown outcome starts now (a settle's try,
+		// or a takeover of its late lease: givenup.go). A later copy of
+		// that call must not start it again under the same Run.ID and
+		// owner, whose late release copies would then delete the new
+		// tenure's lease (review h69): such a copy's lease is released
+		// and the thread taken for a new run, as after a failed release.
+		rt.markGivenUpRan(thread, owner)
+	}
 	if !recovery {
 		s.sending.Add(1) // a Send's acquire: it publishes the signal next (Send)
 	}

@@ -243,6 +243,26 @@ func TestReviewH71BackendFootprint(t *testing.T) {
 					return fmt.Errorf("%s: not delivered", topic)
 				}
 			}
+			if i%kinds == kindDead {
+				// "bad" was given to its handler; its dead-lettering comes
+				// after the handler returns. An Unsubscribe before that
+				// hands it back instead (the policy sees the ctx ended,
+				// as documented), leaving the stream and a hand-back
+				// notice: wait until the group holds nothing.
+				for deadline := time.Now().Add(20 * time.Second); ; {
+					bl, err := a.GroupBacklog(ctx, topic, "own")
+					if err != nil {
+						return err
+					}
+					if bl.Pending == 0 && bl.Lag == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("%s: dead letter not settled within 20s: %+v", topic, bl)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
 			return sub.Unsubscribe(ctx) // writes its acks first
 		case kindFanDelete:
 			sub, err = a.Subscribe(ctx, topic, func(ctx context.Context, ev pubsub.Event) error { got <- ev.ID; return nil })

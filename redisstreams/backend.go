@@ -133,8 +133,8 @@ type Options struct {
 	// TestReviewH72BigEventBacklogBlocksServer: the slowest PING now
 	// 0.16s). Its first XREADGROUP reads as many as the biggest entry of
 	// the previous read fit in that budget, so small entries still take
-	// one call (BenchmarkEndToEnd16: 27.8-29.6k events/s against
-	// 24.8-29.2k before the budget, 3 alternating runs each).
+	// one call (BENCHMARKS.md, "Twenty-eighth pass": BenchmarkEndToEnd16
+	// and BenchmarkSignalsThroughput show no cost).
 	BatchSize int
 	// Consumer names this process in consumer groups. The Backend appends a
 	// random suffix of its own and a number per group subscription

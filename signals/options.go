@@ -105,6 +105,8 @@ const (
 	// (Prev* name the previous run).
 	HandedOff
 	// LeaseLost: a tenure lost its lease; the run's ctx was cancelled.
+	// It comes once the run returned, before the tenure's clean-up (which
+	// may wait for a server that does not answer).
 	LeaseLost
 	// Released: the tenure ended and handed the lease back.
 	Released

@@ -480,6 +480,20 @@ func (s *session) loop() {
 	handOffLost := false   // a hand-off of this tenure had an unknown outcome
 	releaseFailed := false // the release failed: the lease may still be this tenure's
 	subscribed := false    // a tenure whose inbox subscription failed read nothing: it settles no notice
+	// emitLost emits LeaseLost once, as soon as the tenure ended with its
+	// lease lost: before its inbox subscription's clean-up, which waits up
+	// to 10s on a server that does not answer (review h69:
+	// TestReviewH69LeaseLostEventTiming saw the event 13.3s after a peer's
+	// run of the thread started).
+	lostEmitted := false
+	emitLost := func() {
+		if lostEmitted {
+			return
+		}
+		lostEmitted = true
+		runID, owner := s.current()
+		rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
+	}
 	defer func() {
 		// The session stays in rt.sessions until the lease is released: a
 		// local Send or notice handler that finds it with quit closed waits
@@ -491,7 +505,7 @@ func (s *session) loop() {
 		runID, owner := s.current()
 		if lost {
 			cause := context.Cause(held.Context())
-			rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: cause})
+			emitLost()
 			if errors.Is(cause, lease.ErrRevoked) {
 				// A revoked lease stays with this owner until it stops:
 				// it has (the runs are over), so free the thread now
@@ -587,6 +601,9 @@ func (s *session) loop() {
 		// Stop deliveries before the lease is released (deferred above, runs
 		// after this): no handler holds an event once Unsubscribe returned.
 		s.quitOnce.Do(func() { close(s.quit) })
+		if lost {
+			emitLost()
+		}
 		// Not bounded by the TTL: a tenure that ends during a stall waits
 		// for its consumer to be gone before the inbox is looked at, or
 		// the deletion finds the inbox in use and nobody deletes it later

@@ -179,8 +179,10 @@
 //     another runtime as promptly (TestSendWokeDuringClose). Close's ctx
 //     bounds how long it waits for the runs (it cancels them when ctx
 //     ends, then gives the teardown one second); whatever its ctx, the
-//     teardown ends about a lease TTL after the last run returned, also on
-//     a server that stopped answering (TestCloseNoDeadlineOnStalledServer).
+//     teardown ends about a lease TTL after the last run returned (or after
+//     Close began, when the runs were over before: review h69 saw a
+//     black-holed runtime with no run take 15s at the default TTL), also
+//     on a server that stopped answering (TestCloseNoDeadlineOnStalledServer).
 //   - Limits: see "Limits" below (dedupe window and size, Cancel's reach,
 //     what a pubsub without optional capabilities loses).
 //

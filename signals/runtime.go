@@ -1281,7 +1281,8 @@ func (rt *Runtime) handleNotice(ctx context.Context, ev pubsub.Event) error {
 // is safe to leave: leases not released expire after their TTL, wake notices not
 // handed back come back after their ack deadline, and an inbox not deleted
 // is deleted by its thread's next tenure. Whatever its ctx, its teardown
-// ends about a lease TTL after the last run returned (also with
+// ends about a lease TTL after the last run returned, or after Close began
+// when no run was left (also with
 // context.Background(), which cancels no run), also on a server that
 // stopped answering (TestCloseNoDeadlineOnStalledServer, TTL 3s: 3.0s after the
 // run returned, where each step waited for go-redis's timeouts in turn

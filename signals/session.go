@@ -515,6 +515,24 @@ func (s *session) loop() {
 					rt.log.Warn("signals: release of a revoked lease failed", "thread", s.thread, "owner", owner, "err", err)
 				}
 				cancel()
+			} else if errors.Is(cause, lease.ErrTransferUnknown) {
+				// A hand-off of unknown outcome (lease.Held.Transfer
+				// fails closed): unless the transfer ran, the lease is
+				// still this tenure's, which nobody renews, and the
+				// takeover below would find it held by an owner it does
+				// not remember and leave the thread for its TTL
+				// (TestReviewH73HandOffTransferLostIsTakenOver/NotRun).
+				// Release it (with its token, on a lease.TokenReleaser:
+				// a lease the transfer gave nextOwner is left alone, and
+				// a transfer that runs after the release is refused). If
+				// the release fails the lease is remembered as after a
+				// failed release, so that the takeover releases it.
+				ctx, cancel := rt.teardownCtx()
+				if err := held.Release(ctx); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+					rt.log.Warn("signals: release after a hand-off of unknown outcome failed", "thread", s.thread, "owner", owner, "err", err)
+					rt.noteReleaseFailed(s.thread, runID, owner, time.Now())
+				}
+				cancel()
 			}
 		} else {
 			if h := rt.cfg.hooks.beforeRelease; h != nil {

@@ -491,6 +491,11 @@ func (s *session) loop() {
 			return
 		}
 		lostEmitted = true
+		// The tenure starts no run now: end its cancel control first, so
+		// that a Cancel during the clean-up is told it is gone at once,
+		// and no Cancelled of a run about to start (a hand-off that
+		// failed) follows the LeaseLost (TestReviewH73NoEventAfterLeaseLost).
+		s.ctlEnded()
 		runID, owner := s.current()
 		rt.emit(Event{Kind: LeaseLost, Thread: s.thread, RunID: runID, Owner: owner, Token: held.Token(), Err: context.Cause(held.Context())})
 	}

@@ -607,7 +607,8 @@ const (
 //   - an error matching ErrNotHeld when the lease was lost: a renewal was
 //     refused (also matching ErrRevoked when the lease was revoked), or its
 //     loss deadline passed (see [Keeper]) while renewals failed or hung
-//     (then it also wraps the last renew error, if one returned).
+//     (then it also wraps the last renew error, if one returned), or a
+//     Transfer's outcome is unknown (also matching ErrTransferUnknown).
 type Held struct {
 	k                         *Keeper
 	key, owner                string
@@ -728,8 +729,11 @@ func (h *Held) Err() error {
 // Release stops renewing, ends the Held (Err is then ErrReleased, unless it
 // had ended before) and deletes the lease with ReleaseLease. It makes no
 // round trip when the lease is known to be gone: after a refused renewal or
-// a Transfer. After a loss by failing renewals or the Keeper's Close it still
-// releases the lease, which is deleted only if the owner holds it: a new
+// a Transfer that ran or was refused. After a loss by failing renewals, a
+// Transfer of unknown outcome (ErrTransferUnknown: release it, or the key
+// stays with this owner until it expires unless the transfer runs) or the
+// Keeper's Close it still releases the lease, which is deleted only if the
+// owner holds it: a new
 // holder is never clobbered, but another Held of the same owner would be.
 // On a provider that implements [TokenReleaser] it releases only this
 // Held's tenure, so that a release that failed and still runs later (a

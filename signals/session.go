@@ -571,12 +571,11 @@ func (s *session) loop() {
 		if lost || handOffLost && !released {
 			// A hand-off of this tenure whose reply was lost may have
 			// leased the thread to a run that never starts: take it over
-			// (givenup.go; nothing when none was lost). Also when the
-			// tenure ended before its renewal found the lease gone and
-			// its release failed, as it may on a server that stopped
-			// answering and runs the transfer late
-			// (TestHandOffReplyLostIsAdopted/ReleaseFails). (A release
-			// that succeeded tries the thread: afterRelease.)
+			// (givenup.go; nothing when none was lost). Such a hand-off
+			// ends the tenure with its lease lost (lease.Held.Transfer
+			// fails closed), released above: the try finds the thread
+			// free when the transfer did not run. (A release that
+			// succeeded tries the thread: afterRelease.)
 			rt.adoptLate(s.thread, "")
 		} else if releaseFailed {
 			// The lease may still be this tenure's: release it and

@@ -35,8 +35,10 @@ import (
 //     release is lost too, as on a server that stopped answering and runs
 //     the transfer late. Before Held.Transfer failed closed, the tenure
 //     ended here before a renewal came, and its release failed; now it
-//     ends with its lease lost as in RenewalFindsIt, and the releases of
-//     the run that adopts the thread fail. The queued signal's wake notice is handled by
+//     ends with its lease lost as in RenewalFindsIt, and the release it
+//     then makes (with its token: the lease is the next run's, so it
+//     would release nothing) fails, and so do those of the run that
+//     adopts the thread. The queued signal's wake notice is handled by
 //     one of the four runtimes; a peer's handler finds the thread held by
 //     a run it does not know and waits for that lease to lapse. Found by
 //     review revP (helper 21) under load: a busy thread waited one TTL

@@ -642,7 +642,7 @@ func TestReviewH71DeadLetterTopicOfDrainedTopic(t *testing.T) {
 func TestReviewH71ClusterBackendFootprint(t *testing.T) {
 	redistest.Require(t)
 	cl := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}) // go-redis defaults, as a user builds it
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	b := psBackend(t, c, Options{BlockTime: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})

@@ -61,7 +61,10 @@ func TestReviewH69StragglerReleaseCopyRunsTwice(t *testing.T) {
 			hold := false
 			for _, s := range r.Signals {
 				x.sigs = append(x.sigs, s.ID)
-				if proc == "A" && s.ID == "s3" {
+				if s.ID == "s3" {
+					// Held by whichever process runs it: since the fix, R's
+					// second late lease is released and the thread taken for
+					// a new run, which B's Send of s3 may win under load.
 					hold = true
 				}
 			}
@@ -149,8 +152,8 @@ func TestReviewH69StragglerReleaseCopyRunsTwice(t *testing.T) {
 	if _, err := b.Send(ctx, th, signals.Signal{ID: "s3", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	revWaitFor(t, "s3 running on A", 2*time.Second, func() bool { return ranOf("s3") > 0 })
-	t.Logf("A's run holding s3 has the lease as %q (R's owner: %s)", ownerOf(), owner)
+	revWaitFor(t, "s3 running", 2*time.Second, func() bool { return ranOf("s3") > 0 })
+	t.Logf("the run holding s3 has the lease as %q (R's owner: %s)", ownerOf(), owner)
 
 	// The late copy of R's first release.
 	if err := look.ReleaseLease(ctx, signals.LeaseKey(th), owner); err != nil {
@@ -169,19 +172,19 @@ func TestReviewH69StragglerReleaseCopyRunsTwice(t *testing.T) {
 	for _, r := range runs {
 		t.Logf("run %s on %s token %d signals %v: %+.3fs..%+.3fs from the late release",
 			r.id, r.proc, r.token, r.sigs, r.start.Sub(lateRelease).Seconds(), r.end.Sub(lateRelease).Seconds())
-		if r.proc == "A" && len(r.sigs) > 0 && r.sigs[0] == "s3" {
+		if len(r.sigs) > 0 && r.sigs[0] == "s3" {
 			aRun = r
 		}
 	}
 	if aRun == nil {
-		t.Fatal("premise: no run of A with s3")
+		t.Fatal("premise: no run with s3")
 	}
 	for _, r := range runs {
 		if r == aRun || r.start.Before(aRun.start) {
 			continue
 		}
 		if aRun.end.IsZero() || r.start.Before(aRun.end) {
-			t.Errorf("run %s on %s (token %d, signals %v) started %+.3fs from the late release while A's run %s (token %d, holding s3) was live (its ctx ended %+.3fs from it)",
+			t.Errorf("run %s on %s (token %d, signals %v) started %+.3fs from the late release while the run %s (token %d, holding s3) was live (its ctx ended %+.3fs from it)",
 				r.id, r.proc, r.token, r.sigs, r.start.Sub(lateRelease).Seconds(), aRun.id, aRun.token, aRun.end.Sub(lateRelease).Seconds())
 		}
 	}

@@ -104,6 +104,25 @@ type Revoker interface {
 	LeaseState(ctx context.Context, key string) (State, error)
 }
 
+// TokenRevoker is an optional capability of a [Revoker]: a revoke that
+// applies only to the tenure of a given fencing token (as [Revoker.LeaseState]
+// or [Inspector] reported it), so that a revoke that runs after the lease
+// changed hands (the network delivered it late, or the holder died and
+// another owner took the key between the operator's read and the revoke)
+// leaves the later tenure alone. Find it with a type assertion; a wrapper
+// that overrides RevokeLease or ForceRevokeLease must override these too.
+// `leasebus leases revoke` uses it.
+type TokenRevoker interface {
+	// RevokeLeaseToken is RevokeLease restricted to the tenure of token: it
+	// returns an error wrapping ErrNotHeld when key has no live lease in
+	// that tenure (free, or held in another tenure, by any owner). A token
+	// of 0 is bad input (ErrInvalid).
+	RevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error
+	// ForceRevokeLeaseToken is ForceRevokeLease restricted to the tenure of
+	// token, as RevokeLeaseToken.
+	ForceRevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error
+}
+
 // RevokedError reports that a lease was revoked. It matches ErrRevoked with
 // errors.Is.
 type RevokedError struct {

@@ -87,17 +87,33 @@ func (t *leaseTable) sweepMarksLocked(now time.Time) {
 // an error wrapping lease.ErrInvalid for an empty key or reason, and
 // lease.ErrClosed after Close.
 func (b *Backend) RevokeLease(ctx context.Context, key, reason string) error {
-	return b.revoke(ctx, key, reason, false)
+	return b.revoke(ctx, key, lease.CheckRevoke(key, reason), reason, false, 0)
 }
 
 // ForceRevokeLease is RevokeLease that also frees the key at once (see
 // lease.Revoker): the next acquire by anybody wins with a higher token.
 func (b *Backend) ForceRevokeLease(ctx context.Context, key, reason string) error {
-	return b.revoke(ctx, key, reason, true)
+	return b.revoke(ctx, key, lease.CheckRevoke(key, reason), reason, true, 0)
 }
 
-func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) error {
-	if err := b.leaseCall(ctx, lease.CheckRevoke(key, reason)); err != nil {
+// RevokeLeaseToken is RevokeLease restricted to the tenure of token
+// (lease.TokenRevoker): when key is free or held in another tenure it
+// touches nothing and returns an error wrapping lease.ErrNotHeld. A token of
+// 0 is bad input.
+func (b *Backend) RevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error {
+	return b.revoke(ctx, key, lease.CheckRevokeToken(key, reason, token), reason, false, token)
+}
+
+// ForceRevokeLeaseToken is ForceRevokeLease restricted to the tenure of
+// token, as RevokeLeaseToken.
+func (b *Backend) ForceRevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error {
+	return b.revoke(ctx, key, lease.CheckRevokeToken(key, reason, token), reason, true, token)
+}
+
+// revoke revokes the live tenure on key (that of token, unless 0); check is
+// the arguments' validation error.
+func (b *Backend) revoke(ctx context.Context, key string, check error, reason string, forced bool, token uint64) error {
+	if err := b.leaseCall(ctx, check); err != nil {
 		return err
 	}
 	t := &b.leases
@@ -105,7 +121,13 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	defer t.mu.Unlock()
 	now := b.clock.Now()
 	e, ok := t.getLocked(key, now)
+	if ok && token > 0 && e.token != token {
+		ok = false
+	}
 	if !ok {
+		if token > 0 {
+			return lease.NoLiveTenureError(key, token)
+		}
 		return lease.NoLiveLeaseError(key)
 	}
 	m := t.marks[key]

@@ -39,8 +39,10 @@
 // implements [TokenTransferer]), [Wait] blocks until a lease is acquired, the
 // optional [Inspector] lists leases for operators, and the optional [Revoker]
 // takes a lease away from its holder ([ErrRevoked], [RevokedError]; a revoke
-// that is not forced never creates two holders) and reports whether a lease
-// is active, released, expired or revoked ([Status], within [StatusWindow]).
+// that is not forced never creates two holders; with the optional
+// [TokenRevoker], only the tenure of a given fencing token) and reports
+// whether a lease is active, released, expired or revoked ([Status], within
+// [StatusWindow]).
 //
 // # Fail-closed
 //

@@ -67,8 +67,9 @@ func (s State) Live() bool { return s.TTL > 0 }
 // A revoke applies to the tenure holding the key when it runs on the
 // backend: a revoke call that failed (its ctx ended, a request the network
 // delivers late) may still run later, on the tenure that holds the key then
-// (TestReviewH70LateForceRevokeHitsNextTenure: a forced revoke made against
-// a dead holder's tenure freed the next, live, holder's). From then
+// (review h70 saw a forced revoke made against a dead holder's tenure free
+// the next, live, holder's). The optional [TokenRevoker] names the tenure
+// instead (TestLateForceRevokeTokenSparesNextTenure in redisstreams). From then
 // on the holder's RenewLease fails with a *RevokedError (errors.Is
 // ErrRevoked) carrying the reason, and so do its AcquireLease (the refresh
 // of a lease it holds) and TransferLease; a Held whose renewal fails so ends
@@ -151,8 +152,26 @@ func CheckRevoke(key, reason string) error {
 	return nil
 }
 
+// CheckRevokeToken validates the arguments of RevokeLeaseToken and
+// ForceRevokeLeaseToken: those of CheckRevoke, and a token above 0.
+func CheckRevokeToken(key, reason string, token uint64) error {
+	if err := CheckRevoke(key, reason); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: token is 0 (key %q)", ErrInvalid, key)
+	}
+	return nil
+}
+
 // NoLiveLeaseError returns the error RevokeLease returns when key has no
 // live lease: it wraps ErrNotHeld.
 func NoLiveLeaseError(key string) error {
 	return fmt.Errorf("%w: lease %q has no live lease to revoke", ErrNotHeld, key)
+}
+
+// NoLiveTenureError returns the error RevokeLeaseToken returns when key has
+// no live lease in the tenure of token: it wraps ErrNotHeld.
+func NoLiveTenureError(key string, token uint64) error {
+	return fmt.Errorf("%w: lease %q has no live tenure with token %d to revoke (free, or held in another tenure)", ErrNotHeld, key, token)
 }

@@ -87,19 +87,47 @@ func revokedReply(reply any) (string, bool) {
 // lease.ErrInvalid for an empty key or reason, and lease.ErrClosed after
 // Close.
 func (b *Backend) RevokeLease(ctx context.Context, key, reason string) error {
-	return b.revoke(ctx, key, reason, false)
+	return b.revoke(ctx, key, reason, false, 0)
 }
 
 // ForceRevokeLease is RevokeLease that also deletes the lease key at once,
 // so that the next acquire by anybody wins with a higher fencing token (see
 // lease.Revoker for when that is safe).
 func (b *Backend) ForceRevokeLease(ctx context.Context, key, reason string) error {
-	return b.revoke(ctx, key, reason, true)
+	return b.revoke(ctx, key, reason, true, 0)
 }
 
-func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) error {
+// RevokeLeaseToken is RevokeLease restricted to the tenure of token
+// (lease.TokenRevoker): revoke.lua compares token with the key's fencing
+// counter, whose value is the live tenure's token, so a call that runs after
+// the lease changed hands (delivered late by the network, or after the
+// holder's lease expired and another owner won the key) touches nothing and
+// reports lease.ErrNotHeld (TestLateForceRevokeTokenSparesNextTenure). A
+// token of 0 is bad input.
+func (b *Backend) RevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error {
+	if err := lease.CheckRevokeToken(key, reason, token); err != nil {
+		return err
+	}
+	return b.revoke(ctx, key, reason, false, token)
+}
+
+// ForceRevokeLeaseToken is ForceRevokeLease restricted to the tenure of
+// token, as RevokeLeaseToken.
+func (b *Backend) ForceRevokeLeaseToken(ctx context.Context, key, reason string, token uint64) error {
+	if err := lease.CheckRevokeToken(key, reason, token); err != nil {
+		return err
+	}
+	return b.revoke(ctx, key, reason, true, token)
+}
+
+// revoke runs revoke.lua; token is 0 to revoke whatever tenure holds key.
+func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool, token uint64) error {
 	if err := lease.CheckRevoke(key, reason); err != nil {
 		return err
+	}
+	tok := ""
+	if token > 0 {
+		tok = strconv.FormatUint(token, 10)
 	}
 	if b.isClosed() {
 		return lease.ErrClosed
@@ -115,11 +143,14 @@ func (b *Backend) revoke(ctx context.Context, key, reason string, forced bool) e
 	// TestForceRevokeNotRunAgainAfterLostReplyDuringSlotMove,
 	// TestRevokeRetryAfterAnotherRevokeCall).
 	n, err := b.runLeaseMigrating(ctx, newCall(ctx, revokeScript,
-		b.revokeCallKeys(key, strconv.FormatUint(rand.Uint64(), 36)), reason, force, b.statusWindowMillis())).Int64()
+		b.revokeCallKeys(key, strconv.FormatUint(rand.Uint64(), 36)), reason, force, b.statusWindowMillis(), tok)).Int64()
 	if err != nil {
 		return b.leaseErr("revoke", key, err)
 	}
 	if n == 0 {
+		if token > 0 {
+			return lease.NoLiveTenureError(key, token)
+		}
 		return lease.NoLiveLeaseError(key)
 	}
 	return nil

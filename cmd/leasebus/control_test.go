@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -218,5 +219,47 @@ func TestThreadsWatchRefreshes(t *testing.T) {
 	}
 	if refreshes < 2 {
 		t.Fatalf("saw %d refreshes of threads --watch, want 2", refreshes)
+	}
+}
+
+// TestLeasesRevokeToken: "leases revoke --token T" revokes only the tenure
+// with fencing token T: one that ended (the same holder took the key again,
+// with a new token) is not there to revoke, and the live tenure is left
+// alone (exit 1, nothing revoked); the live tenure's own token revokes it.
+// A token that is not a number is a usage error.
+func TestLeasesRevokeToken(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	url := srv.URL()
+	ctx := context.Background()
+	b, err := redisstreams.NewURL(ctx, url, redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r1, err := b.AcquireLease(ctx, "jobs/7", "worker-1", time.Minute)
+	if err != nil || !r1.Acquired {
+		t.Fatalf("acquire: %+v %v", r1, err)
+	}
+	if err := b.ReleaseLease(ctx, "jobs/7", "worker-1"); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.AcquireLease(ctx, "jobs/7", "worker-1", time.Minute)
+	if err != nil || !r2.Acquired {
+		t.Fatalf("second acquire: %+v %v", r2, err)
+	}
+	r := leasebus(t, 20*time.Second, "leases", "revoke", "jobs/7", "--force", "--reason", "stale", "--token", fmt.Sprint(r1.Token), "--redis", url)
+	if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("no live tenure with token %d", r1.Token)) || !strings.Contains(r.stderr, "nothing revoked") || r.stdout != "" {
+		t.Fatalf("revoke --token of an ended tenure: exit %d, stdout %q, stderr %q; want exit 1 saying nothing was revoked", r.code, r.stdout, r.stderr)
+	}
+	if st, err := b.LeaseState(ctx, "jobs/7"); err != nil || st.Status != lease.StatusActive || st.Token != r2.Token {
+		t.Fatalf("after a revoke of an ended tenure: %+v, %v; want token %d active", st, err, r2.Token)
+	}
+	r = leasebus(t, 20*time.Second, "leases", "revoke", "jobs/7", "--reason", "x", "--token", "abc", "--redis", url)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "token") {
+		t.Fatalf("revoke --token abc: exit %d, stderr %q; want a usage error naming --token", r.code, r.stderr)
+	}
+	r = leasebus(t, 20*time.Second, "leases", "revoke", "jobs/7", "--force", "--reason", "stuck", "--token", fmt.Sprint(r2.Token), "--redis", url)
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("revoked lease jobs/7 of worker-1 (token %d): stuck", r2.Token)) || !strings.Contains(r.stdout, "the key is free") {
+		t.Fatalf("revoke --token of the live tenure: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }

@@ -16,7 +16,7 @@ func runLeases(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && args[0] == "revoke" {
 		return runLeasesRevoke(ctx, e, args[1:]) // revoke.go
 	}
-	fs := newFlagSet(e, "leases", "leases [--prefix P] [--all] [--watch] [flags]\n       leasebus leases revoke KEY --reason R [--force] [flags]",
+	fs := newFlagSet(e, "leases", "leases [--prefix P] [--all] [--watch] [flags]\n       leasebus leases revoke KEY --reason R [--force] [--token T] [flags]",
 		`List the live leases of the deployment: key, holder, fencing token, time
 left and status (active, or revoked and not yet released), sorted by key.
 The signals runtime's done records ("signals.done.<thread>") are internal

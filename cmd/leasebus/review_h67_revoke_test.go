@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,17 +17,21 @@ import (
 )
 
 // TestReviewH67RevokeReportsWhatItRevoked: "leases revoke KEY" reads the
-// lease, then revokes whatever tenure holds KEY when the revoke runs. A lease
-// that changes hands in between (a signals thread hands its lease over with
-// TransferLease at every hand-off, each time with a new token) has the new
-// holder's tenure revoked: the command must report that tenure (holder and
-// token), the one its holder will see fail, not the one it read before.
+// lease, then revokes. A lease that changes hands in between (a signals
+// thread hands its lease over with TransferLease at every hand-off, each
+// time with a new token) must not be misreported.
 //
 // The proxy holds the revoke (matched by its reason) while the lease is
 // transferred from worker-a to worker-b, then lets it through.
 //
 // Found by review h67 (2026-11-29): "revoked lease jobs/x of worker-a
-// (token <a's>)" while worker-b's tenure was the one revoked (3 of 3).
+// (token <a's>)" while worker-b's tenure was the one revoked (3 of 3). The
+// command then reported worker-b's tenure, which it had revoked. Since
+// lease.TokenRevoker (2026-11-30) it revokes only the tenure it read
+// (worker-a's, token ra): it must revoke nothing, leave worker-b's tenure
+// active, say that the lease changed hands and who holds it now, and exit 1
+// (a revoke delivered late would otherwise hit a tenure nobody saw:
+// TestLateForceRevokeTokenSparesNextTenure in redisstreams).
 func TestReviewH67RevokeReportsWhatItRevoked(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
@@ -73,8 +78,9 @@ func TestReviewH67RevokeReportsWhatItRevoked(t *testing.T) {
 	p.Release()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("leases revoke: %v, stderr %q", err, errb.String())
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("leases revoke: %v (want exit 1), stdout %q, stderr %q", err, out.String(), errb.String())
 		}
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
@@ -84,12 +90,17 @@ func TestReviewH67RevokeReportsWhatItRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("stdout %q; the lease now: %+v", out.String(), st)
-	if st.Status != lease.StatusRevoked || st.Owner != "worker-b" {
-		t.Fatalf("lease state %+v; want worker-b's tenure revoked", st)
+	t.Logf("stdout %q, stderr %q; the lease now: %+v", out.String(), errb.String(), st)
+	if st.Status != lease.StatusActive || st.Owner != "worker-b" || !st.Live() {
+		t.Fatalf("lease state %+v; want worker-b's tenure active: the command was to revoke only worker-a's (token %d)", st, ra.Token)
 	}
-	first := strings.SplitN(out.String(), "\n", 2)[0]
-	if strings.Contains(first, "worker-a") || !strings.Contains(first, "worker-b") || !strings.Contains(first, fmt.Sprint(st.Token)) {
-		t.Errorf("leases revoke printed %q; want it to name the tenure it revoked: worker-b, token %d (worker-a's token was %d)", first, st.Token, ra.Token)
+	msg := errb.String()
+	for _, want := range []string{"changed hands", "worker-a", fmt.Sprint(ra.Token), "worker-b", fmt.Sprint(st.Token), "nothing revoked"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("leases revoke's error %q does not say %q", msg, want)
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("leases revoke printed %q on stdout; it revoked nothing", out.String())
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // runLeasesRevoke revokes one lease.
 func runLeasesRevoke(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [flags]",
+	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [--token T] [flags]",
 		`Revoke the live lease on KEY. Its holder's next renewal fails with an error
 matching lease.ErrRevoked that carries --reason, so a lease kept with
 lease.Keep ends at its next renewal (its context is cancelled then; with
@@ -20,11 +20,21 @@ lease.Keep's default interval, within a third of the TTL). Without --force the k
 stays held by the revoked holder until it releases it or the lease expires,
 so nobody else can take it while the holder may still be working. --force
 frees the key at once: use it only when the resource checks fencing tokens or
-the holder is known to be dead. Exits 1 when KEY has no live lease.`)
+the holder is known to be dead.
+
+The command revokes only the tenure it names: the one with --token (the TOKEN
+column of "leasebus leases"), else the one it reads first and prints. When the
+lease changed hands before the revoke ran (a signals thread hands its lease
+over at every hand-off, with a new token; a dead holder's lease expired and
+another process took the key), it revokes nothing, says who holds the key now,
+and exits 1: run it again to revoke the new tenure. A revoke that the network
+delivers late (the command gave up, the request ran later) so never touches a
+later tenure either. Exits 1 when KEY has no live lease.`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	reason := fs.String("reason", "", "why the lease is revoked (required; the holder sees it)")
 	force := fs.Bool("force", false, "free the key at once instead of waiting for the holder to stop")
+	token := fs.Uint64("token", 0, "revoke only the tenure with this fencing `token` (default: the tenure the command reads first)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -45,17 +55,33 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 	}
 	defer closeBackend(b)
 	var rv lease.Revoker = b
+	var tr lease.TokenRevoker = b
 	before, err := rv.LeaseState(ctx, key)
 	if err != nil {
 		return err
 	}
+	tok := *token
+	if tok == 0 {
+		if !before.Live() {
+			return fmt.Errorf("lease %q: no live lease to revoke", key)
+		}
+		tok = before.Token
+	}
 	if *force {
-		err = rv.ForceRevokeLease(ctx, key, *reason)
+		err = tr.ForceRevokeLeaseToken(ctx, key, *reason, tok)
 	} else {
-		err = rv.RevokeLease(ctx, key, *reason)
+		err = tr.RevokeLeaseToken(ctx, key, *reason, tok)
 	}
 	if errors.Is(err, lease.ErrNotHeld) {
-		return fmt.Errorf("lease %q: no live lease to revoke", key)
+		now, serr := rv.LeaseState(ctx, key)
+		if serr != nil {
+			return fmt.Errorf("lease %q: no live tenure with token %d to revoke; nothing revoked", key, tok)
+		}
+		if *token == 0 {
+			return fmt.Errorf("lease %q changed hands before the revoke ran: %s held it (token %d), now %s; nothing revoked (run the command again to revoke the new tenure)",
+				key, before.Owner, before.Token, describeState(now))
+		}
+		return fmt.Errorf("lease %q: no live tenure with token %d to revoke (now %s); nothing revoked", key, tok, describeState(now))
 	}
 	if err != nil {
 		return err
@@ -64,29 +90,20 @@ the holder is known to be dead. Exits 1 when KEY has no live lease.`)
 	if err != nil {
 		return err
 	}
-	// The revoke hit whatever tenure held KEY when it ran: the one read
-	// before, or a later one if the lease changed hands in between (a
-	// signals thread's hand-off transfers it, with a new token). The state
-	// read after it names that tenure while it is revoked (live, or ended
-	// within the status window).
 	switch {
-	case after.Status != lease.StatusRevoked:
-		// Released and taken again since the revoke: which tenure it hit
-		// cannot be read any more.
-		fmt.Fprintf(e.stdout, "revoked lease %s (held by %s, token %d, when read before the revoke); it has changed hands since: now %s\n",
-			key, before.Owner, before.Token, describeState(after))
+	case after.Status != lease.StatusRevoked || after.Token != tok:
+		// Released (or expired) and taken again since the revoke: the
+		// revoked tenure's status cannot be read any more.
+		fmt.Fprintf(e.stdout, "revoked lease %s (token %d); it has changed hands since: now %s\n",
+			key, tok, describeState(after))
 		return nil
-	case !*force && before.Status == lease.StatusRevoked && after.Token == before.Token:
+	case !*force && before.Status == lease.StatusRevoked && before.Token == tok:
 		// RevokeLease keeps the first reason: say so rather than print
 		// it as this call's.
 		fmt.Fprintf(e.stdout, "lease %s of %s (token %d) was already revoked: %s (--reason %q not recorded)\n",
 			key, after.Owner, after.Token, after.Reason, *reason)
 	default:
 		fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, after.Owner, after.Token, after.Reason)
-		if after.Token != before.Token {
-			fmt.Fprintf(e.stdout, "(the lease changed hands before the revoke ran: %s held it with token %d when it was read)\n",
-				before.Owner, before.Token)
-		}
 	}
 	if after.Live() {
 		fmt.Fprintf(e.stdout, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",

@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -28,6 +29,7 @@ func testRevoker(e *env) {
 		{"InvalidInput", testRevokeInvalid},
 		{"BatchRenewalNotRenewed", testRevokeBatch},
 		{"Closed", testRevokeClosed},
+		{"TokenRevoker", testTokenRevoker},
 	} {
 		e.t.Run(tc.name, func(t *testing.T) {
 			p := e.c.New(t)
@@ -306,5 +308,58 @@ func testRevokeClosed(e *env, rv lease.Revoker) {
 	}
 	if _, err := rv.LeaseState(e.ctx, k); !errors.Is(err, lease.ErrClosed) {
 		e.t.Errorf("LeaseState after Close = %v, want lease.ErrClosed", err)
+	}
+}
+
+// testTokenRevoker: RevokeLeaseToken and ForceRevokeLeaseToken apply only
+// to the tenure of their token: a revoke naming an ended tenure (of the same
+// owner or another) touches the live one nowhere and reports ErrNotHeld, as
+// one of a free key does; one naming the live tenure revokes it.
+func testTokenRevoker(e *env, rv lease.Revoker) {
+	tr, ok := rv.(lease.TokenRevoker)
+	if !ok {
+		e.t.Skipf("provider %T does not implement lease.TokenRevoker", rv)
+	}
+	k := e.key("k")
+	r1 := e.mustAcquire(k, "a", e.long)
+	e.release(k, "a")
+	if err := tr.RevokeLeaseToken(e.ctx, k, "why", r1.Token); !errors.Is(err, lease.ErrNotHeld) {
+		e.t.Fatalf("RevokeLeaseToken of a free key = %v, want an error matching lease.ErrNotHeld", err)
+	}
+	r2 := e.mustAcquire(k, "a", e.long) // the same owner's next tenure
+	r3 := e.mustAcquire(e.key("other"), "b", e.long)
+	for _, tok := range []uint64{r1.Token, r3.Token, r2.Token + 1} {
+		if err := tr.RevokeLeaseToken(e.ctx, k, "why", tok); !errors.Is(err, lease.ErrNotHeld) {
+			e.t.Fatalf("RevokeLeaseToken with token %d while token %d is live = %v, want an error matching lease.ErrNotHeld", tok, r2.Token, err)
+		}
+		if err := tr.ForceRevokeLeaseToken(e.ctx, k, "why", tok); !errors.Is(err, lease.ErrNotHeld) {
+			e.t.Fatalf("ForceRevokeLeaseToken with token %d while token %d is live = %v, want an error matching lease.ErrNotHeld", tok, r2.Token, err)
+		}
+	}
+	if s := e.state(rv, k); s.Status != lease.StatusActive || s.Owner != "a" || s.Token != r2.Token || !s.Live() {
+		e.t.Fatalf("LeaseState after revokes of other tenures = %+v, want a's tenure %d active", s, r2.Token)
+	}
+	if ok, err := e.p.RenewLease(e.ctx, k, "a", e.long); err != nil || !ok {
+		e.t.Fatalf("RenewLease after revokes of other tenures = %v, %v; want true, nil", ok, err)
+	}
+	if err := tr.RevokeLeaseToken(e.ctx, k, "first", r2.Token); err != nil {
+		e.t.Fatalf("RevokeLeaseToken of the live tenure: %v", err)
+	}
+	_, err := e.p.RenewLease(e.ctx, k, "a", e.long)
+	e.wantRevokedErr("RenewLease after RevokeLeaseToken", err, k, "a", "first")
+	if err := tr.ForceRevokeLeaseToken(e.ctx, k, "second", r2.Token); err != nil {
+		e.t.Fatalf("ForceRevokeLeaseToken of the revoked live tenure: %v", err)
+	}
+	e.wantOwner(k, "")
+	if s := e.state(rv, k); s.Status != lease.StatusRevoked || !s.Forced || s.Token != r2.Token || s.Reason != "first" {
+		e.t.Fatalf("LeaseState after ForceRevokeLeaseToken = %+v, want revoked, forced, token %d, the first reason", s, r2.Token)
+	}
+	for _, f := range []func(context.Context, string, string, uint64) error{tr.RevokeLeaseToken, tr.ForceRevokeLeaseToken} {
+		if err := f(e.ctx, k, "why", 0); !errors.Is(err, lease.ErrInvalid) {
+			e.t.Fatalf("revoke with token 0 = %v, want ErrInvalid", err)
+		}
+		if err := f(e.ctx, k, "", r2.Token); !errors.Is(err, lease.ErrInvalid) {
+			e.t.Fatalf("revoke with an empty reason = %v, want ErrInvalid", err)
+		}
 	}
 }

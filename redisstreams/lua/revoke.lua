@@ -19,9 +19,14 @@
 -- ARGV[1]  reason
 -- ARGV[2]  '1' to force (free the key at once), '0' otherwise
 -- ARGV[3]  status window in milliseconds
+-- ARGV[4]  the token of the tenure to revoke, or '' (or absent) for whatever tenure
+--          holds the key (the fencing counter's value is the live tenure's
+--          token; a revoke that runs after the lease changed hands then
+--          finds another token and answers 0, touching nothing)
 --
 -- Returns 1 when the lease is revoked (by this call or earlier; the first
--- reason stays), 0 when the key has no live lease. Without force the lease
+-- reason stays), 0 when the key has no live lease (in the tenure of
+-- ARGV[4]). Without force the lease
 -- key is left alone: its holder keeps it until it releases it or it expires.
 -- The same call run again after it answered 1 (go-redis sends a command
 -- again when its reply was lost, and so do the lease calls while a Cluster
@@ -34,6 +39,9 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
 end
 local v = redis.call('GET', KEYS[1])
 if not v then
+  return 0
+end
+if (ARGV[4] or '') ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then
   return 0
 end
 local ms = redis.call('PTTL', KEYS[1])

@@ -21,7 +21,9 @@ func runLeases(ctx context.Context, e *env, args []string) error {
 left and status (active, or revoked and not yet released), sorted by key.
 The signals runtime's done records ("signals.done.<thread>") are internal
 records, not leases, and are left out unless --all. With --watch, redraw
-every --interval until interrupted (Ctrl-C).
+every --interval until interrupted (Ctrl-C). A listing that Redis has not
+answered within --timeout fails (exit 1; with --watch the round shows the
+error and the watch goes on).
 
 "leasebus leases revoke KEY --reason R" revokes a lease (see leasebus leases
 revoke --help).`)
@@ -30,6 +32,7 @@ revoke --help).`)
 	prefix := fs.String("prefix", "", "list only lease keys that start with this `prefix`")
 	w := fs.watchFlags()
 	all := fs.Bool("all", false, "also list the signals runtime's internal records")
+	timeout := fs.timeoutFlag()
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -40,6 +43,9 @@ revoke --help).`)
 	if err := w.check(); err != nil {
 		return err
 	}
+	if err := checkTimeout(*timeout); err != nil {
+		return err
+	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
 	if err != nil {
 		return err
@@ -47,7 +53,7 @@ revoke --help).`)
 	defer closeBackend(b)
 	var insp lease.Inspector = b
 
-	return w.refresh(ctx, e, func() (string, func(), error) {
+	return w.refresh(ctx, e, "list leases", *timeout, func(ctx context.Context) (string, func(), error) {
 		infos, err := insp.ListLeases(ctx, *prefix)
 		if err != nil {
 			return "", nil, fmt.Errorf("list leases: %w", err)

@@ -23,6 +23,45 @@ import (
 // gives an error quickly instead of a hang.
 const connectTimeout = 3 * time.Second
 
+// defaultTimeout is the default --timeout of leases, threads, publish and
+// topics delete: how long they wait for Redis once connected.
+const defaultTimeout = 10 * time.Second
+
+// timeoutFlag registers --timeout, the bound on a command's (or a --watch
+// round's) calls to Redis once connected (bounded applies it).
+func (fs *flagSet) timeoutFlag() *time.Duration {
+	return fs.Duration("timeout", defaultTimeout, "how long to wait for Redis once connected (connecting gives up after 3s): a Redis\nthat stops answering or is overloaded makes the command exit 1 after this `duration`")
+}
+
+// checkTimeout rejects a --timeout that is not positive.
+func checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return usageErrorf("--timeout %v is not positive", d)
+	}
+	return nil
+}
+
+// bounded returns f's result, or an error naming --timeout (after "what: "
+// unless what is empty) when f has not returned within d: a Redis that stopped answering (or is overloaded) can
+// hold a go-redis call for its timeouts and retries, 10s and more, whatever
+// the ctx says (no ContextTimeoutEnabled). f's ctx ends after d; a call f
+// left behind ends with the process.
+func bounded[T any](ctx context.Context, d time.Duration, what string, f func(ctx context.Context) (T, error)) (T, error) {
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err := untilDone(bctx, f)
+	if err == nil || ctx.Err() != nil || bctx.Err() == nil {
+		return v, err
+	}
+	if what != "" {
+		what += ": "
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return v, fmt.Errorf("%sRedis did not answer within --timeout %v", what, d)
+	}
+	return v, fmt.Errorf("%sRedis did not answer within --timeout %v: %w", what, d, err)
+}
+
 // closeGrace bounds closing a command's Backend, controllerGrace its
 // signals.Controller and unsubscribeGrace tail's subscription, as the
 // command exits (done, failed or interrupted): a Redis that stopped

@@ -33,7 +33,9 @@ off, its lease ran out, and no runtime has taken it over yet (none is up,
 say). QUEUED and LAST SIGNAL count the thread's inbox, where
 each "threads cancel --drop-queued" also puts a mark (one entry, until a run
 or a recovery takes it). With --watch, redraw every --interval until
-interrupted (Ctrl-C).
+interrupted (Ctrl-C). A listing that Redis has not answered within
+--timeout fails (exit 1; with --watch the round shows the error and the
+watch goes on).
 
 "leasebus threads cancel THREAD" cancels the run holding THREAD, wherever
 it runs (see leasebus threads cancel --help).`)
@@ -41,6 +43,7 @@ it runs (see leasebus threads cancel --help).`)
 	keyspace := fs.keyspaceFlag()
 	prefix := fs.String("prefix", "", "list only threads whose name starts with this `prefix`")
 	w := fs.watchFlags()
+	timeout := fs.timeoutFlag()
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -49,6 +52,9 @@ it runs (see leasebus threads cancel --help).`)
 		return usageErrorf("unexpected argument %q (see leasebus threads --help)", pos[0])
 	}
 	if err := w.check(); err != nil {
+		return err
+	}
+	if err := checkTimeout(*timeout); err != nil {
 		return err
 	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
@@ -67,7 +73,7 @@ it runs (see leasebus threads cancel --help).`)
 		return usageErrorf("--keyspace %q: %v", *keyspace, err)
 	}
 
-	return w.refresh(ctx, e, func() (string, func(), error) {
+	return w.refresh(ctx, e, "list threads", *timeout, func(ctx context.Context) (string, func(), error) {
 		list, err := c.List(ctx, *prefix)
 		if err != nil {
 			return "", nil, err // "signals: list threads: ..."

@@ -482,7 +482,8 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // policy when it is not noeviction; a server where CONFIG is disabled is
 // tolerated (a debug line). The client honours ctx
 // deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
-// Options.ConfigureClient may adjust the rest. An unparsable url returns
+// Options.ConfigureClient may adjust the rest. An unparsable url, or one
+// naming a negative database (go-redis would quietly use database 0), returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
 // later than ctx's deadline. The url of a Redis Cluster node returns an
 // error wrapping ErrInvalid: a client of one node sees only that node's
@@ -493,6 +494,10 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: url %q: %s", ErrInvalid, redisurl.Redact(url), redisurl.RedactIn(err.Error(), url))
+	}
+	if ro.DB < 0 {
+		// go-redis selects only a database above 0: it would quietly use 0.
+		return nil, fmt.Errorf("%w: url %q: database %d is negative", ErrInvalid, redisurl.Redact(url), ro.DB)
 	}
 	ro.ContextTimeoutEnabled = true
 	if o.ConfigureClient != nil {

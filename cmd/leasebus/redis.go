@@ -30,7 +30,7 @@ const defaultTimeout = 10 * time.Second
 // timeoutFlag registers --timeout, the bound on a command's (or a --watch
 // round's) calls to Redis once connected (bounded applies it).
 func (fs *flagSet) timeoutFlag() *time.Duration {
-	return fs.Duration("timeout", defaultTimeout, "how long to wait for Redis once connected (connecting gives up after 3s): a Redis\nthat stops answering or is overloaded makes the command exit 1 after this `duration`")
+	return fs.Duration("timeout", defaultTimeout, "how long to wait for Redis once connected (connecting gives up after 3s): a Redis\nthat stops answering or is overloaded makes the command exit 1 after this `duration`;\nraise it to list a large deployment over a slow link")
 }
 
 // checkTimeout rejects a --timeout that is not positive.
@@ -56,10 +56,11 @@ func bounded[T any](ctx context.Context, d time.Duration, what string, f func(ct
 	if what != "" {
 		what += ": "
 	}
+	const why = "Redis stopped answering or is slow (raise --timeout for a large deployment)"
 	if errors.Is(err, context.DeadlineExceeded) {
-		return v, fmt.Errorf("%sRedis did not answer within --timeout %v", what, d)
+		return v, fmt.Errorf("%snot done within --timeout %v: %s", what, d, why)
 	}
-	return v, fmt.Errorf("%sRedis did not answer within --timeout %v: %w", what, d, err)
+	return v, fmt.Errorf("%snot done within --timeout %v: %s: %w", what, d, why, err)
 }
 
 // closeGrace bounds closing a command's Backend, controllerGrace its

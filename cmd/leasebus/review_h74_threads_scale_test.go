@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/internal/redistest"
+	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -123,5 +124,38 @@ func TestReviewH74ThreadsManyLeftoverInboxes(t *testing.T) {
 	t.Logf("exit %d after %v, stderr %q, %d lines", r.code, time.Since(start).Round(time.Millisecond), r.stderr, strings.Count(r.stdout, "\n"))
 	if r.code != exitOK || strings.Count(r.stdout, "\n") != n+1 || !strings.Contains(r.stdout, "t599") {
 		t.Errorf("threads: exit %d, %d lines, stderr %q; want exit 0 and the %d threads listed (+ header)", r.code, strings.Count(r.stdout, "\n"), r.stderr, n)
+	}
+}
+
+// TestReviewH74LeasesMany: "leasebus leases" on a deployment with 2,000
+// live leases over a link with a 2ms round trip must list them within
+// --timeout 4s.
+//
+// Found by review h74 (2026-11-29): the command read each listed lease's
+// status (LeaseState, for the STATUS column) one after the other, a round
+// trip each: 10,000 leases took 2.4s on loopback; here the 2,000 took over
+// 4s (exit 1 at --timeout 4s; 5.5s with --timeout 60s).
+func TestReviewH74LeasesMany(t *testing.T) {
+	if testing.Short() {
+		t.Skip("acquires 2,000 leases")
+	}
+	const n = 2000
+	srv := redistest.Start(t, redistest.Options{})
+	b, err := redisstreams.NewURL(context.Background(), srv.URL(), redisstreams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := range n {
+		if _, err := b.AcquireLease(context.Background(), fmt.Sprintf("jobs/%04d", i), "holder", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := slowLink(t, srv.Addr(), 2*time.Millisecond)
+	start := time.Now()
+	r := leasebus(t, 120*time.Second, "leases", "--timeout", "4s", "--redis", "redis://"+addr)
+	t.Logf("exit %d after %v, stderr %q, %d lines", r.code, time.Since(start).Round(time.Millisecond), r.stderr, strings.Count(r.stdout, "\n"))
+	if r.code != exitOK || strings.Count(r.stdout, "\n") != n+1 || !strings.Contains(r.stdout, "jobs/1999") {
+		t.Errorf("leases: exit %d, %d lines, stderr %q; want exit 0 and the %d leases listed (+ header)", r.code, strings.Count(r.stdout, "\n"), r.stderr, n)
 	}
 }

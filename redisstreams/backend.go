@@ -489,7 +489,8 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // error wrapping ErrInvalid: a client of one node sees only that node's
 // share of the keys (a listing of leases would quietly miss the others);
 // a Cluster needs New with a *redis.ClusterClient
-// (TestNewURLRefusesClusterNode).
+// (TestNewURLRefusesClusterNode). So does the url of a Redis Sentinel, which
+// holds no data (TestReviewH74NewURLRefusesSentinel).
 func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
@@ -512,6 +513,10 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("%w: url %q: %s is a node of a Redis Cluster, and NewURL connects to one server (it would see that node's share of the keys): use New with a *redis.ClusterClient", ErrInvalid, redisurl.Redact(url), ro.Addr)
 	}
+	if isSentinel(ctx, client) {
+		_ = client.Close()
+		return nil, fmt.Errorf("%w: url %q: %s is a Redis Sentinel, which holds no data, and NewURL connects to a data server: give the master's URL (SENTINEL GET-MASTER-ADDR-BY-NAME <name> on the Sentinel names it), or use New with a client from redis.NewFailoverClient", ErrInvalid, redisurl.Redact(url), ro.Addr)
+	}
 	b, err := newBackend(client, true, o)
 	if err != nil {
 		_ = client.Close()
@@ -519,6 +524,14 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	}
 	b.warnEviction(ctx)
 	return b, nil
+}
+
+// isSentinel reports whether the server client talks to is a Redis Sentinel
+// (INFO server says redis_mode:sentinel). A server that does not answer INFO
+// counts as not one.
+func isSentinel(ctx context.Context, client *redis.Client) bool {
+	info, err := client.Info(ctx, "server").Result()
+	return err == nil && strings.Contains(info, "redis_mode:sentinel")
 }
 
 // isClusterNode reports whether the server client talks to has cluster

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -155,6 +156,9 @@ func checkRedisURL(raw string) error {
 			return nil
 		}
 		return usageErrorf("bad --redis URL %q: no host; want redis://[:password@]host:port[/db]", redact(raw))
+	}
+	if err == nil && strings.Contains(u.Scheme, "sentinel") {
+		return usageErrorf("bad --redis URL %q: the command does not speak Redis Sentinel; give the master's redis://host:port URL (SENTINEL GET-MASTER-ADDR-BY-NAME <name> on a Sentinel names it)", redact(raw))
 	}
 	return usageErrorf("bad --redis URL %q: want redis://[:password@]host:port[/db], rediss://... (TLS) or unix:///path/to/socket", redact(raw))
 }

@@ -282,14 +282,14 @@ none nothing is dropped (they run when a runtime takes the thread).`)
 	case err != nil:
 		return err
 	case res.Cancelled:
-		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", res.RunID, thread, res.Process, res.Token)
+		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", cell(res.RunID), cell(thread), cell(res.Process), res.Token)
 	case res.Owner == "" && *drop:
 		// Released since the Status above.
 		return notDropped(thread, signals.ThreadStatus{Queued: -1})
 	case res.Owner == "":
-		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", thread)
+		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", cell(thread))
 	default:
-		fmt.Fprintf(e.stdout, "no run to cancel: thread %s is held by %s, which has no run active\n", thread, res.Owner)
+		fmt.Fprintf(e.stdout, "no run to cancel: thread %s is held by %s, which has no run active\n", cell(thread), cell(res.Owner))
 	}
 	if *drop && res.Process != "" {
 		fmt.Fprintln(e.stdout, "the signals queued before the cancel are dropped by the owner")

@@ -482,17 +482,23 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // policy when it is not noeviction; a server where CONFIG is disabled is
 // tolerated (a debug line). The client honours ctx
 // deadlines (ContextTimeoutEnabled), which redis.ParseURL cannot set;
-// Options.ConfigureClient may adjust the rest. An unparsable url returns
+// Options.ConfigureClient may adjust the rest. An unparsable url, or one
+// naming a negative database (go-redis would quietly use database 0), returns
 // an error wrapping ErrInvalid; an unreachable server, the dial error, no
 // later than ctx's deadline. The url of a Redis Cluster node returns an
 // error wrapping ErrInvalid: a client of one node sees only that node's
 // share of the keys (a listing of leases would quietly miss the others);
 // a Cluster needs New with a *redis.ClusterClient
-// (TestNewURLRefusesClusterNode).
+// (TestNewURLRefusesClusterNode). So does the url of a Redis Sentinel, which
+// holds no data (TestReviewH74NewURLRefusesSentinel).
 func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: url %q: %s", ErrInvalid, redisurl.Redact(url), redisurl.RedactIn(err.Error(), url))
+	}
+	if ro.DB < 0 {
+		// go-redis selects only a database above 0: it would quietly use 0.
+		return nil, fmt.Errorf("%w: url %q: database %d is negative", ErrInvalid, redisurl.Redact(url), ro.DB)
 	}
 	ro.ContextTimeoutEnabled = true
 	if o.ConfigureClient != nil {
@@ -507,6 +513,10 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("%w: url %q: %s is a node of a Redis Cluster, and NewURL connects to one server (it would see that node's share of the keys): use New with a *redis.ClusterClient", ErrInvalid, redisurl.Redact(url), ro.Addr)
 	}
+	if isSentinel(ctx, client) {
+		_ = client.Close()
+		return nil, fmt.Errorf("%w: url %q: %s is a Redis Sentinel, which holds no data, and NewURL connects to a data server: give the master's URL (SENTINEL GET-MASTER-ADDR-BY-NAME <name> on the Sentinel names it), or use New with a client from redis.NewFailoverClient", ErrInvalid, redisurl.Redact(url), ro.Addr)
+	}
 	b, err := newBackend(client, true, o)
 	if err != nil {
 		_ = client.Close()
@@ -514,6 +524,14 @@ func NewURL(ctx context.Context, url string, o Options) (*Backend, error) {
 	}
 	b.warnEviction(ctx)
 	return b, nil
+}
+
+// isSentinel reports whether the server client talks to is a Redis Sentinel
+// (INFO server says redis_mode:sentinel). A server that does not answer INFO
+// counts as not one.
+func isSentinel(ctx context.Context, client *redis.Client) bool {
+	info, err := client.Info(ctx, "server").Result()
+	return err == nil && strings.Contains(info, "redis_mode:sentinel")
 }
 
 // isClusterNode reports whether the server client talks to has cluster

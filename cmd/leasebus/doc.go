@@ -39,6 +39,11 @@
 // names one server: the URL of a Redis Cluster node is refused (exit 2,
 // "... is a node of a Redis Cluster ..."), since a client of one node sees
 // only that node's share of the keys; the command does not speak Cluster.
+// Nor Sentinel: a Sentinel's URL is refused too (exit 2; give the master's).
+// Connecting gives up after 3s; once connected, leases and threads (each
+// --watch round), publish and topics delete wait at most --timeout
+// (default 10s) for Redis, then exit 1 (a --watch round shows the error
+// and the watch goes on).
 //
 // leasebus --version prints the version the binary was built from.
 //

@@ -54,8 +54,8 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "publish", "publish TOPIC --type T [--data JSON] [--metadata k=v]... [flags]",
 		`Publish one event to TOPIC and print its id once Redis stored it.
 --data must be a JSON value; it is stored compacted. When Redis does not
-answer after the event was sent, the event may have been stored: the error
-gives its id, to publish it again with --id (subscribers tell a retry by
+answer within --timeout after the event was sent, the event may have been
+stored: the error (exit 1) gives its id, to publish it again with --id (subscribers tell a retry by
 Event.ID).`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
@@ -65,8 +65,12 @@ Event.ID).`)
 	runID := fs.String("run-id", "", "optional correlation `id`")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "a header `key=value` (repeatable)")
+	timeout := fs.timeoutFlag()
 	pos, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkTimeout(*timeout); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
@@ -99,7 +103,10 @@ Event.ID).`)
 		return err
 	}
 	defer closeBackend(b)
-	if err := b.Publish(ctx, topic, ev); err != nil {
+	_, err = bounded(ctx, *timeout, "", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, b.Publish(ctx, topic, ev)
+	})
+	if err != nil {
 		var refused redis.Error
 		if errors.As(err, &refused) {
 			// The server answered with an error (a key of another type,

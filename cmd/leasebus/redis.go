@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -22,6 +23,46 @@ import (
 // connectTimeout bounds connecting to Redis, so that a server that is down
 // gives an error quickly instead of a hang.
 const connectTimeout = 3 * time.Second
+
+// defaultTimeout is the default --timeout of leases, threads, publish and
+// topics delete: how long they wait for Redis once connected.
+const defaultTimeout = 10 * time.Second
+
+// timeoutFlag registers --timeout, the bound on a command's (or a --watch
+// round's) calls to Redis once connected (bounded applies it).
+func (fs *flagSet) timeoutFlag() *time.Duration {
+	return fs.Duration("timeout", defaultTimeout, "how long to wait for Redis once connected (connecting gives up after 3s): a Redis\nthat stops answering or is overloaded makes the command exit 1 after this `duration`;\nraise it to list a large deployment over a slow link")
+}
+
+// checkTimeout rejects a --timeout that is not positive.
+func checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return usageErrorf("--timeout %v is not positive", d)
+	}
+	return nil
+}
+
+// bounded returns f's result, or an error naming --timeout (after "what: "
+// unless what is empty) when f has not returned within d: a Redis that stopped answering (or is overloaded) can
+// hold a go-redis call for its timeouts and retries, 10s and more, whatever
+// the ctx says (no ContextTimeoutEnabled). f's ctx ends after d; a call f
+// left behind ends with the process.
+func bounded[T any](ctx context.Context, d time.Duration, what string, f func(ctx context.Context) (T, error)) (T, error) {
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err := untilDone(bctx, f)
+	if err == nil || ctx.Err() != nil || bctx.Err() == nil {
+		return v, err
+	}
+	if what != "" {
+		what += ": "
+	}
+	const why = "Redis stopped answering or is slow (raise --timeout for a large deployment)"
+	if errors.Is(err, context.DeadlineExceeded) {
+		return v, fmt.Errorf("%snot done within --timeout %v: %s", what, d, why)
+	}
+	return v, fmt.Errorf("%snot done within --timeout %v: %s: %w", what, d, why, err)
+}
 
 // closeGrace bounds closing a command's Backend, controllerGrace its
 // signals.Controller and unsubscribeGrace tail's subscription, as the
@@ -115,6 +156,9 @@ func checkRedisURL(raw string) error {
 			return nil
 		}
 		return usageErrorf("bad --redis URL %q: no host; want redis://[:password@]host:port[/db]", redact(raw))
+	}
+	if err == nil && strings.Contains(u.Scheme, "sentinel") {
+		return usageErrorf("bad --redis URL %q: the command does not speak Redis Sentinel; give the master's redis://host:port URL (SENTINEL GET-MASTER-ADDR-BY-NAME <name> on a Sentinel names it)", redact(raw))
 	}
 	return usageErrorf("bad --redis URL %q: want redis://[:password@]host:port[/db], rediss://... (TLS) or unix:///path/to/socket", redact(raw))
 }

@@ -7,12 +7,14 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasebus/leasebus/internal/keys"
+	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/signals"
 )
 
@@ -33,7 +35,9 @@ off, its lease ran out, and no runtime has taken it over yet (none is up,
 say). QUEUED and LAST SIGNAL count the thread's inbox, where
 each "threads cancel --drop-queued" also puts a mark (one entry, until a run
 or a recovery takes it). With --watch, redraw every --interval until
-interrupted (Ctrl-C).
+interrupted (Ctrl-C). A listing that Redis has not answered within
+--timeout fails (exit 1; with --watch the round shows the error and the
+watch goes on).
 
 "leasebus threads cancel THREAD" cancels the run holding THREAD, wherever
 it runs (see leasebus threads cancel --help).`)
@@ -41,6 +45,7 @@ it runs (see leasebus threads cancel --help).`)
 	keyspace := fs.keyspaceFlag()
 	prefix := fs.String("prefix", "", "list only threads whose name starts with this `prefix`")
 	w := fs.watchFlags()
+	timeout := fs.timeoutFlag()
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -49,6 +54,9 @@ it runs (see leasebus threads cancel --help).`)
 		return usageErrorf("unexpected argument %q (see leasebus threads --help)", pos[0])
 	}
 	if err := w.check(); err != nil {
+		return err
+	}
+	if err := checkTimeout(*timeout); err != nil {
 		return err
 	}
 	b, err := fs.backend(ctx, redisFlag, *keyspace, e.stderr)
@@ -67,12 +75,8 @@ it runs (see leasebus threads cancel --help).`)
 		return usageErrorf("--keyspace %q: %v", *keyspace, err)
 	}
 
-	return w.refresh(ctx, e, func() (string, func(), error) {
-		list, err := c.List(ctx, *prefix)
-		if err != nil {
-			return "", nil, err // "signals: list threads: ..."
-		}
-		list, waiting, err := addWaiting(ctx, c, b.Client(), space, *prefix, list)
+	return w.refresh(ctx, e, "list threads", *timeout, func(ctx context.Context) (string, func(), error) {
+		list, waiting, err := listThreads(ctx, c, b, b.Client(), space, *prefix)
 		if err != nil {
 			return "", nil, err
 		}
@@ -85,19 +89,36 @@ it runs (see leasebus threads cancel --help).`)
 	})
 }
 
-// addWaiting adds to held (Controller.List's threads, all held) the threads
-// no process holds whose inbox still has signals queued or in flight: their
-// owner died or was cut off, its lease ran out, and no runtime took them
-// over yet (none is up, say). It scans the inbox streams under space (the
-// command speaks to one server, never a Cluster) and reads each thread
-// that is not in held with Controller.Status. It returns the threads sorted
-// by name and how many of them have no holder.
-func addWaiting(ctx context.Context, c *signals.Controller, client redis.UniversalClient, space keys.Space, prefix string, held []signals.ThreadStatus) ([]signals.ThreadStatus, int, error) {
-	seen := make(map[string]bool, len(held))
-	for _, st := range held {
-		seen[st.Thread] = true
+// statusReaders is how many thread statuses listThreads reads at once: each
+// takes several round trips, and a deployment after an outage can have
+// thousands of threads to show (one after the other, 600 threads over a 2ms
+// link took over 3s: TestReviewH74ThreadsManyLeftoverInboxes). Below the
+// go-redis pool's size, so that the reads do not queue for connections.
+const statusReaders = 8
+
+// listThreads returns the threads whose name starts with prefix that some
+// process holds (their leases, listed with in) and those no process holds
+// whose inbox still has signals queued or in flight: their owner died or
+// was cut off, its lease ran out, and no runtime took them over yet (none is
+// up, say). It scans the inbox streams under space (the command speaks to
+// one server, never a Cluster) and reads each thread with
+// Controller.Status, statusReaders at a time. A listed lease released since
+// is left out unless signals wait in its inbox. It returns the threads
+// sorted by name and how many of them have no holder.
+func listThreads(ctx context.Context, c *signals.Controller, in lease.Inspector, client redis.UniversalClient, space keys.Space, prefix string) ([]signals.ThreadStatus, int, error) {
+	infos, err := in.ListLeases(ctx, signals.LeaseKey(prefix))
+	if err != nil {
+		return nil, 0, fmt.Errorf("signals: list threads: %w", err)
 	}
-	threads, err := untilDone(ctx, func(ctx context.Context) ([]string, error) {
+	seen := make(map[string]bool, len(infos))
+	var threads []string
+	for _, info := range infos {
+		if th, ok := strings.CutPrefix(info.Key, signals.LeaseKey("")); ok && th != "" && !seen[th] {
+			seen[th] = true
+			threads = append(threads, th)
+		}
+	}
+	inboxes, err := untilDone(ctx, func(ctx context.Context) ([]string, error) {
 		var threads []string
 		it := client.ScanType(ctx, 0, space.StreamPattern(signals.InboxTopic(prefix)), 1000, "stream").Iterator()
 		for it.Next(ctx) {
@@ -115,15 +136,41 @@ func addWaiting(ctx context.Context, c *signals.Controller, client redis.Univers
 	if err != nil {
 		return nil, 0, fmt.Errorf("list inboxes: %w", err)
 	}
-	out, waiting := held, 0
-	for _, th := range threads {
-		st, err := c.Status(ctx, th)
-		if err != nil {
-			return nil, 0, err
+	threads = append(threads, inboxes...)
+	sts := make([]signals.ThreadStatus, len(threads))
+	errs := make([]error, len(threads))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(statusReaders, len(threads)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				sts[i], errs[i] = c.Status(ctx, threads[i])
+			}
+		}()
+	}
+feed:
+	for i := range threads {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
 		}
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var out []signals.ThreadStatus
+	waiting := 0
+	for i, st := range sts {
 		switch {
+		case errs[i] != nil:
+			return nil, 0, errs[i]
 		case st.Owner != "":
-			out = append(out, st) // taken since the lease listing
+			out = append(out, st)
 		case st.Queued > 0 || st.InFlight > 0:
 			out = append(out, st)
 			waiting++
@@ -235,14 +282,14 @@ none nothing is dropped (they run when a runtime takes the thread).`)
 	case err != nil:
 		return err
 	case res.Cancelled:
-		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", res.RunID, thread, res.Process, res.Token)
+		fmt.Fprintf(e.stdout, "cancelled run %s of thread %s on %s (token %d)\n", cell(res.RunID), cell(thread), cell(res.Process), res.Token)
 	case res.Owner == "" && *drop:
 		// Released since the Status above.
 		return notDropped(thread, signals.ThreadStatus{Queued: -1})
 	case res.Owner == "":
-		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", thread)
+		fmt.Fprintf(e.stdout, "no run to cancel: no process holds thread %s\n", cell(thread))
 	default:
-		fmt.Fprintf(e.stdout, "no run to cancel: thread %s is held by %s, which has no run active\n", thread, res.Owner)
+		fmt.Fprintf(e.stdout, "no run to cancel: thread %s is held by %s, which has no run active\n", cell(thread), cell(res.Owner))
 	}
 	if *drop && res.Process != "" {
 		fmt.Fprintln(e.stdout, "the signals queued before the cancel are dropped by the owner")

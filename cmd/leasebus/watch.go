@@ -39,16 +39,25 @@ func (w watchFlags) check() error {
 
 // refresh lists once, or with --watch every --interval until ctx ends
 // (then it returns nil, also when the listing failed because ctx ended).
-// list reads what to show and returns the header's summary ("3 live
+// Each listing gets timeout (--timeout; bounded): one that has not returned
+// by then fails, with an error that starts with what ("list leases"). list reads what to show and returns the header's summary ("3 live
 // lease(s)") and a function that prints it. With --watch each round starts
 // with the time and the summary; a terminal is cleared first, other output
 // gets a blank line between rounds. A round whose listing failed (Redis
 // stalled, say) shows the error in place of the list, and the watch goes on:
 // it is how an operator sees Redis come back.
-func (w watchFlags) refresh(ctx context.Context, e *env, list func() (summary string, print func(), err error)) error {
+func (w watchFlags) refresh(ctx context.Context, e *env, what string, timeout time.Duration, list func(ctx context.Context) (summary string, print func(), err error)) error {
+	type listed struct {
+		summary string
+		print   func()
+	}
 	tty := isTerminal(e.stdout)
 	for {
-		summary, print, err := list()
+		l, err := bounded(ctx, timeout, what, func(ctx context.Context) (listed, error) {
+			summary, print, err := list(ctx)
+			return listed{summary, print}, err
+		})
+		summary, print := l.summary, l.print
 		if err != nil {
 			if ctx.Err() != nil && *w.watch {
 				return nil

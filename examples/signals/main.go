@@ -16,7 +16,9 @@
 // the order it was sent, and 1 otherwise.
 //
 // Without --redis it runs on an embedded Redis-protocol server (miniredis)
-// on a loopback port, so it needs nothing installed.
+// on a loopback port, so it needs nothing installed. It works under a fresh
+// key prefix and deletes its keys as it exits, also on Ctrl-C (which stops
+// it with exit code 130).
 //
 // Run it with:
 //
@@ -36,9 +38,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -73,8 +77,21 @@ var later = []step{{"p3", "thread-a", "a5"}}
 const work = 200 * time.Millisecond
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	ctx, stop := context.Background(), func() {}
+	if len(os.Args) < 2 || os.Args[1] != "child" {
+		// Ctrl-C (or SIGTERM) ends the parent's ctx: it stops its children
+		// and deletes its keys before it exits (exit code 130). A child
+		// dies on the SIGINT as before (the terminal sends it to them all).
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	}
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
+
+// errInterrupted is the parent's error when ctx ended (Ctrl-C): it exits
+// 130, the shell's code for a process ended by SIGINT.
+var errInterrupted = errors.New("interrupted")
 
 // run is the program: the parent without arguments or with --redis, a
 // child process when the first argument is "child". It returns the exit
@@ -89,6 +106,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0 // --help printed the usage
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(stderr, "signals example: interrupted")
+		return 130
 	case err != nil:
 		fmt.Fprintln(stderr, "signals example:", err)
 		return 1
@@ -281,6 +301,8 @@ func parent(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return l, nil
 		case <-timeout:
 			return line{}, errors.New("timed out after 30s")
+		case <-ctx.Done():
+			return line{}, errInterrupted
 		}
 	}
 
@@ -312,7 +334,11 @@ func parent(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	fmt.Fprintln(stdout, "... waiting until the owners let the threads go")
-	time.Sleep(signals.DefaultLinger + 300*time.Millisecond)
+	select {
+	case <-time.After(signals.DefaultLinger + 300*time.Millisecond):
+	case <-ctx.Done():
+		return errInterrupted
+	}
 	if err := play(later); err != nil {
 		return err
 	}

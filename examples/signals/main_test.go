@@ -15,6 +15,12 @@ import (
 // TestMain lets the test binary stand in for the program: the parent under
 // test re-executes os.Executable(), this binary, with "child" arguments.
 func TestMain(m *testing.M) {
+	if os.Getenv(asMain) == "1" {
+		if err := os.Unsetenv(asMain); err != nil { // not for its children
+			panic(err)
+		}
+		main() // exits
+	}
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
 
 // runLeasesRevoke revokes one lease.
 func runLeasesRevoke(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [--token T] [flags]",
+	fs := newFlagSet(e, "leases revoke", "leases revoke KEY --reason R [--force] [--token T] [--timeout D] [flags]",
 		`Revoke the live lease on KEY. Its holder's next renewal fails with an error
 matching lease.ErrRevoked that carries --reason, so a lease kept with
 lease.Keep ends at its next renewal (its context is cancelled then; with
@@ -35,8 +38,12 @@ later tenure either. Exits 1 when KEY has no live lease.`)
 	reason := fs.String("reason", "", "why the lease is revoked (required; the holder sees it)")
 	force := fs.Bool("force", false, "free the key at once instead of waiting for the holder to stop")
 	token := fs.Uint64("token", 0, "revoke only the tenure with this fencing `token` (default: the tenure the command reads first)")
+	timeout := fs.timeoutFlag()
 	pos, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkTimeout(*timeout); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
@@ -54,64 +61,86 @@ later tenure either. Exits 1 when KEY has no live lease.`)
 		return err
 	}
 	defer closeBackend(b)
-	var rv lease.Revoker = b
-	var tr lease.TokenRevoker = b
-	before, err := rv.LeaseState(ctx, key)
+	var sent atomic.Bool
+	out, err := bounded(ctx, *timeout, "", func(ctx context.Context) (string, error) {
+		return revokeTenure(ctx, b, key, *reason, *force, *token, &sent)
+	})
 	if err != nil {
+		if sent.Load() && ctx.Err() == nil && strings.Contains(err.Error(), "--timeout") {
+			// The revoke was sent and its answer is missing: it may run
+			// yet. It names its tenure, so it touches no other one.
+			return fmt.Errorf("lease %q: %w; the revoke was sent and may still run, on that tenure only: check with leasebus leases", key, err)
+		}
 		return err
 	}
-	tok := *token
+	fmt.Fprint(e.stdout, out)
+	return nil
+}
+
+// revokeTenure revokes the tenure of token on key (0: the tenure it reads
+// first), forced or not, and returns what to print; it sets sent just
+// before it sends the revoke.
+func revokeTenure(ctx context.Context, b *redisstreams.Backend, key, reason string, force bool, token uint64, sent *atomic.Bool) (string, error) {
+	var rv lease.Revoker = b
+	var tr lease.TokenRevoker = b
+	var out strings.Builder
+	before, err := rv.LeaseState(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	tok := token
 	if tok == 0 {
 		if !before.Live() {
-			return fmt.Errorf("lease %q: no live lease to revoke", key)
+			return "", fmt.Errorf("lease %q: no live lease to revoke", key)
 		}
 		tok = before.Token
 	}
-	if *force {
-		err = tr.ForceRevokeLeaseToken(ctx, key, *reason, tok)
+	sent.Store(true)
+	if force {
+		err = tr.ForceRevokeLeaseToken(ctx, key, reason, tok)
 	} else {
-		err = tr.RevokeLeaseToken(ctx, key, *reason, tok)
+		err = tr.RevokeLeaseToken(ctx, key, reason, tok)
 	}
 	if errors.Is(err, lease.ErrNotHeld) {
 		now, serr := rv.LeaseState(ctx, key)
 		if serr != nil {
-			return fmt.Errorf("lease %q: no live tenure with token %d to revoke; nothing revoked", key, tok)
+			return "", fmt.Errorf("lease %q: no live tenure with token %d to revoke; nothing revoked", key, tok)
 		}
-		if *token == 0 {
-			return fmt.Errorf("lease %q changed hands before the revoke ran: %s held it (token %d), now %s; nothing revoked (run the command again to revoke the new tenure)",
+		if token == 0 {
+			return "", fmt.Errorf("lease %q changed hands before the revoke ran: %s held it (token %d), now %s; nothing revoked (run the command again to revoke the new tenure)",
 				key, before.Owner, before.Token, describeState(now))
 		}
-		return fmt.Errorf("lease %q: no live tenure with token %d to revoke (now %s); nothing revoked", key, tok, describeState(now))
+		return "", fmt.Errorf("lease %q: no live tenure with token %d to revoke (now %s); nothing revoked", key, tok, describeState(now))
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	after, err := rv.LeaseState(ctx, key)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch {
 	case after.Status != lease.StatusRevoked || after.Token != tok:
 		// Released (or expired) and taken again since the revoke: the
 		// revoked tenure's status cannot be read any more.
-		fmt.Fprintf(e.stdout, "revoked lease %s (token %d); it has changed hands since: now %s\n",
+		fmt.Fprintf(&out, "revoked lease %s (token %d); it has changed hands since: now %s\n",
 			key, tok, describeState(after))
-		return nil
-	case !*force && before.Status == lease.StatusRevoked && before.Token == tok:
+		return out.String(), nil
+	case !force && before.Status == lease.StatusRevoked && before.Token == tok:
 		// RevokeLease keeps the first reason: say so rather than print
 		// it as this call's.
-		fmt.Fprintf(e.stdout, "lease %s of %s (token %d) was already revoked: %s (--reason %q not recorded)\n",
-			key, after.Owner, after.Token, after.Reason, *reason)
+		fmt.Fprintf(&out, "lease %s of %s (token %d) was already revoked: %s (--reason %q not recorded)\n",
+			key, after.Owner, after.Token, after.Reason, reason)
 	default:
-		fmt.Fprintf(e.stdout, "revoked lease %s of %s (token %d): %s\n", key, after.Owner, after.Token, after.Reason)
+		fmt.Fprintf(&out, "revoked lease %s of %s (token %d): %s\n", key, after.Owner, after.Token, after.Reason)
 	}
 	if after.Live() {
-		fmt.Fprintf(e.stdout, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",
+		fmt.Fprintf(&out, "the key stays held by %s until it releases it or the lease expires (in at most %s)\n",
 			after.Owner, after.TTL.Round(100*time.Millisecond))
 	} else {
-		fmt.Fprintln(e.stdout, "the key is free")
+		fmt.Fprintln(&out, "the key is free")
 	}
-	return nil
+	return out.String(), nil
 }
 
 // describeState returns "<owner> (token <t>, <status>)", or "free".

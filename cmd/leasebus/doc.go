@@ -17,7 +17,8 @@
 //	          (a few seconds) and exits 1 when a guarantee broke.
 //	leases    list live leases: key, holder, fencing token, time left
 //	          (--prefix to filter, --watch to refresh); leases revoke KEY
-//	          --reason R takes a lease away from its holder (lease.Revoker).
+//	          --reason R takes a lease away from its holder (lease.Revoker):
+//	          only the tenure it reads (or --token names).
 //	threads   list the threads some process holds: owning process and run,
 //	          fencing token, time left, signals queued and in flight
 //	          (--watch to refresh), and the threads no process holds whose
@@ -25,7 +26,9 @@
 //	          runtime up to take them over); threads cancel THREAD cancels
 //	          the run holding it, wherever it runs (signals.Runtime.Cancel).
 //	tail      print the events of a topic as they arrive, one line each
-//	          (time, id, type, data), until interrupted.
+//	          (time, id, type, data), until interrupted; --group G joins a
+//	          consumer group the topic has (--create-group makes one,
+//	          which stays and holds back the topic's trimming).
 //	publish   publish one event to a topic (--type, --data JSON,
 //	          --metadata k=v).
 //	topics    topics delete TOPIC: delete a topic's stream with its events

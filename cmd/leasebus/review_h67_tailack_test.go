@@ -36,6 +36,13 @@ func TestReviewH67TailGroupUnackedNotSuccess(t *testing.T) {
 		}
 	}
 	b.Close()
+	// The group exists, as for an operator who takes events off a live
+	// group (tail refuses a group the topic does not have).
+	gc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	if err := gc.XGroupCreate(ctx, "leasebus:{o}", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	gc.Close()
 	r := runBlackHoled(t, srv, "xack", 0, 60*time.Second, "tail", "o", "--group", "g", "--from", "earliest", "--count", "2")
 	srv.Resume(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode"
 
+	"github.com/leasebus/leasebus/internal/keys"
 	"github.com/leasebus/leasebus/pubsub"
+	"github.com/leasebus/leasebus/redisstreams"
 )
 
 // tailTimeFormat is the time column of tail.
@@ -17,7 +20,7 @@ const tailTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 func runTail(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "tail",
-		"tail TOPIC [--group G] [--from earliest|latest] [flags]",
+		"tail TOPIC [--group G [--create-group]] [--from earliest|latest] [flags]",
 		`Print the events of TOPIC as they arrive, one line each:
 time, id, type, data (then run=, attempt= and metadata when set), until
 interrupted (Ctrl-C) or --count events were printed.
@@ -29,12 +32,17 @@ the command exits, at once (not after the group's ack deadline), so another
 member or the next tail --group gets them (marked attempt=2: the group
 counts each as delivered once). When Redis does not confirm the acks of the
 events printed with --group as the command exits, it exits 1: they may be
-delivered again.`)
+delivered again.
+--group joins a group that exists; a group that does not (a typo, a one-off
+look) is refused, exit 1, unless --create-group: a group stays after the
+command, and holds back the trimming of the topic's stream until it has
+acked what it was handed and caught up, or the topic is deleted.`)
 	redisFlag := fs.redisFlag()
 	keyspace := fs.keyspaceFlag()
 	group := fs.String("group", "", "consume as a member of this consumer `group` (default: fan-out)")
 	from := fs.String("from", "latest", "where a new subscription starts: `earliest` or latest")
 	count := fs.Int("count", 0, "exit after this many events (default 0: until interrupted)")
+	create := fs.Bool("create-group", false, "create --group when the topic has no such group (it stays after the command)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -58,6 +66,9 @@ delivered again.`)
 	if *count < 0 {
 		return usageErrorf("--count %d is negative", *count)
 	}
+	if *create && *group == "" {
+		return usageErrorf("--create-group needs --group")
+	}
 	opts := []pubsub.SubscribeOption{pubsub.StartFrom(start)}
 	if *group != "" {
 		opts = append(opts, pubsub.Group(*group))
@@ -67,6 +78,26 @@ delivered again.`)
 		return err
 	}
 	defer closeBackend(b)
+	if *group != "" {
+		groups, err := bounded(ctx, defaultTimeout, "read the groups of "+strconv.Quote(topic), func(ctx context.Context) ([]string, error) {
+			return topicGroups(ctx, b, *keyspace, topic)
+		})
+		if err != nil {
+			return err
+		}
+		switch {
+		case slices.Contains(groups, *group):
+		case !*create:
+			have := "none"
+			if len(groups) > 0 {
+				have = strings.Join(groups, ", ")
+			}
+			return fmt.Errorf("topic %q has no group %q (its groups: %s): pass --create-group to create it; it then stays, and holds back the trimming of the topic until it catches up or the topic is deleted",
+				topic, *group, have)
+		default:
+			fmt.Fprintf(e.stderr, "creating group %s on %s: it stays after this command, and holds back the trimming of the topic until it catches up or the topic is deleted (leasebus topics delete)\n", *group, topic)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -128,6 +159,27 @@ delivered again.`)
 	// subscription (a group's unacked entries go to another member after
 	// their ack deadline).
 	return nil
+}
+
+// topicGroups returns the names of the consumer groups of topic's stream
+// (none when the topic has no stream).
+func topicGroups(ctx context.Context, b *redisstreams.Backend, keyspace, topic string) ([]string, error) {
+	space, err := keys.NewSpace(keyspace)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := b.Client().XInfoGroups(ctx, space.Stream(topic)).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the groups of %q: %w", topic, err)
+	}
+	names := make([]string, 0, len(infos))
+	for _, in := range infos {
+		names = append(names, in.Name)
+	}
+	return names, nil
 }
 
 // formatEvent returns the one-line form of ev that tail prints.

@@ -26,7 +26,7 @@ func TestTailGroupCountTwice(t *testing.T) {
 			t.Fatalf("publish %s: exit %d, stderr %q", typ, r.code, r.stderr)
 		}
 	}
-	r := leasebus(t, 10*time.Second, "tail", "orders", "--group", "G", "--from", "earliest", "--count", "1", "--redis", url)
+	r := leasebus(t, 10*time.Second, "tail", "orders", "--group", "G", "--create-group", "--from", "earliest", "--count", "1", "--redis", url)
 	if r.code != 0 || !strings.Contains(r.stdout, "first.event") || strings.Contains(r.stdout, "second.event") {
 		t.Fatalf("first tail: exit %d, stdout %q, stderr %q; want first.event only", r.code, r.stdout, r.stderr)
 	}

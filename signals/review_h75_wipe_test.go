@@ -298,3 +298,73 @@ func TestReviewH75CancelAfterWipe(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewH75CloseRightAfterWipe: a runtime with runs busy (leases that
+// the wipe took) is closed right after Redis lost everything: Close returns
+// within its bound (the runs end at their next renewal, which finds no
+// lease; the teardown about a TTL after the last run), and the other
+// runtime runs the signals sent to those threads after the wipe.
+func TestReviewH75CloseRightAfterWipe(t *testing.T) {
+	for _, how := range []string{"Restart", "FlushAll"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			prefix := fmt.Sprintf("h75x%d", rand.Int64())
+			const ttl = 2 * time.Second
+			ran := make(chan string, 16)
+			agent := func(ctx context.Context, run *signals.Run) error {
+				return eachSignal(ctx, run, func(s signals.Signal) {
+					ran <- s.ID
+					if strings.HasPrefix(s.ID, "busy") {
+						<-ctx.Done()
+					}
+				})
+			}
+			opts := []signals.Option{signals.WithLeaseTTL(ttl), signals.WithRecoveryInterval(200 * time.Millisecond), signals.WithLinger(50 * time.Millisecond)}
+			a, stopA := urlRuntime(t, srv.URL(), prefix, "A", agent, nil, opts...)
+			b, _ := urlRuntime(t, srv.URL(), prefix, "B", agent, nil, opts...)
+			for i := range 3 {
+				if _, err := a.Send(t.Context(), fmt.Sprintf("t%d", i), signals.Signal{ID: fmt.Sprintf("busy%d", i), Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				select {
+				case <-ran:
+				case <-time.After(10 * time.Second):
+					t.Fatal("busy runs did not start")
+				}
+			}
+			switch how {
+			case "Restart":
+				srv.Kill(t)
+				srv.Restart(t)
+			case "FlushAll":
+				if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			began := time.Now()
+			stopA()
+			if d := time.Since(began); d > ttl+3*time.Second {
+				t.Errorf("Close right after the %s took %v (TTL %v)", how, d, ttl)
+			}
+			t.Logf("Close right after the %s took %v", how, time.Since(began).Round(time.Millisecond))
+			for i := range 3 {
+				if _, err := b.Send(t.Context(), fmt.Sprintf("t%d", i), signals.Signal{ID: fmt.Sprintf("after%d", i), Type: "msg"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[string]bool{}
+			for deadline := time.After(10 * time.Second); len(got) < 3; {
+				select {
+				case id := <-ran:
+					if strings.HasPrefix(id, "after") {
+						got[id] = true
+					}
+				case <-deadline:
+					t.Fatalf("signals sent after the %s and the Close: only %v ran", how, got)
+				}
+			}
+		})
+	}
+}

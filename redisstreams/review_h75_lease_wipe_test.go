@@ -45,6 +45,16 @@ func TestReviewH75WipedLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			highest = max(highest, held.Token())
+			// More Helds on the same Keeper: their renewals go in batches
+			// (lease.BatchRenewer), which must fail closed too.
+			var others []*lease.Held
+			for i := range 5 {
+				h, err := k.Keep(ctx, fmt.Sprintf("other%d", i), "old", ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				others = append(others, h)
+			}
 			time.Sleep(300 * time.Millisecond)
 
 			switch how {
@@ -86,6 +96,19 @@ func TestReviewH75WipedLease(t *testing.T) {
 			}
 			if !errors.Is(held.Err(), lease.ErrNotHeld) {
 				t.Errorf("old Held ended with %v, want ErrNotHeld", held.Err())
+			}
+			for i, h := range others {
+				select {
+				case <-h.Done():
+				case <-time.After(bound):
+					t.Fatalf("Held other%d still lived %v after the %s", i, bound, how)
+				}
+				if !errors.Is(h.Err(), lease.ErrNotHeld) {
+					t.Errorf("Held other%d ended with %v, want ErrNotHeld", i, h.Err())
+				}
+				if o, err := b.GetLeaseOwner(ctx, fmt.Sprintf("other%d", i)); err != nil || o != "" {
+					t.Errorf("other%d after its Held ended: owner %q, %v; want none (nothing re-creates it)", i, o, err)
+				}
 			}
 			owner, err := b.GetLeaseOwner(ctx, key)
 			if err != nil || owner != "new" {

@@ -58,7 +58,8 @@
 // began, with 1-2 warnings logged. A Flush waiting for this Backend's events
 // that went unread with the lost stream returns, for a group subscription
 // at its next poll, for a fan-out one once its reader's check of the stream
-// (every BlockTime) found it without them (TestReviewH75FlushAfterWipe). A
+// (every BlockTime) found it gone, or empty since it was made again
+// (TestReviewH75FlushAfterWipe). A
 // lease kept across the loss (lease.Keep) is lost: another owner can
 // acquire the key at once, with a token above every earlier one of the key
 // (the counter is gone, so the server's clock in microseconds; see Fencing

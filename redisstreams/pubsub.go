@@ -698,12 +698,14 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // Backend's events that went unread with the stream once it sees them gone:
 // a group subscription at its next poll, when its group has not delivered
 // the event and the event is not in the stream; a fan-out subscription
-// once its reader's check of the stream, every BlockTime, saw the stream's
-// last id below this Backend's last write to it, with no write since
-// (TestReviewH75FlushAfterWipe: 2.1s after the loss at the default
-// BlockTime). Until then, or when this Backend keeps writing to the
-// topic, it waits until a later event on the topic with a higher id is
-// handled, or its ctx ends.) It
+// once its reader's check of the stream, every BlockTime, found the stream
+// gone or without a single entry ever (a group's MKSTREAM made it again),
+// with no write of this Backend since (TestReviewH75FlushAfterWipe: 2.1s
+// after the loss at the default BlockTime). Until then, or when the
+// stream took entries again, it waits until a later event on the topic
+// with a higher id is handled, or its ctx ends; after a failover to a
+// server whose clock lags behind the stream's last id, until its ctx
+// ends.) It
 // returns ctx.Err() when ctx ends first, pubsub.ErrClosed after Close, and
 // an error when an ack it waited for was given up on, refused by Redis with
 // an error that stays (WRONGTYPE, NOPERM: the entry stays pending and is

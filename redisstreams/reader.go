@@ -1493,14 +1493,18 @@ func (r *fanReader) checkStreams(ctx context.Context, pipe redis.Pipeliner) (app
 				// now: Flush still waits for it.
 				r.s.forgetWrites(key, lowest)
 			}
-			if m := marks[key]; m.last != "" && compareStreamIDs(last, m.last) < 0 && r.s.forgetWritesIfSame(key, m.last, m.n) {
-				// The stream does not hold this Backend's last write to
-				// it, and no write came since the mark: every write up to
-				// it was read or is gone (a server that restarted without
-				// its data, FLUSHALL, a deletion by another process), and
-				// a Flush waiting for one is done, once the handlers
-				// finished (this check runs between the reads of this
-				// reader: none of its reads is in flight).
+			if m := marks[key]; m.last != "" && last == "0-0" && r.s.forgetWritesIfSame(key, m.last, m.n) {
+				// The stream is gone, or was created again and never took
+				// an entry (a group's MKSTREAM), and no write came since
+				// the mark: every write of this Backend up to it was read
+				// or is gone (a server that restarted without its data,
+				// FLUSHALL, a deletion by another process), and a Flush
+				// waiting for one is done, once the handlers finished
+				// (this check runs between the reads of this reader: none
+				// of its reads is in flight). A stream that took entries
+				// since is left to the cursors: a later entry above the
+				// write ends the wait, and after a failover to a server
+				// whose clock lags, writes with lower ids may be in it.
 				// TestReviewH75FlushAfterWipe.
 				var subs []*fanSub
 				if st := r.streams[key]; st != nil {

@@ -696,8 +696,10 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // (After a deletion by another process, or a server that lost its data
 // (a restart without persistence, FLUSHALL), Flush does not wait for this
 // Backend's events that went unread with the stream once it sees them gone:
-// a group subscription at its next poll, when its group has not delivered
-// the event and the event is not in the stream; a fan-out subscription
+// a group subscription at its next poll, when its group has delivered
+// every entry the stream holds but not the event, which so is not in it
+// (and this Backend's handlers hold none of its entries up to the event);
+// a fan-out subscription
 // once its reader's check of the stream, every BlockTime, found the stream
 // gone or without a single entry ever (a group's MKSTREAM made it again),
 // with no write of this Backend since (TestReviewH75FlushAfterWipe: 2.1s

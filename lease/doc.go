@@ -55,7 +55,12 @@
 // (a black-holed network, a client that ignores ctx deadlines), and however
 // long other Helds' renewals take. The backend cannot expire the lease
 // before start + TTL, so the holder has stopped before anyone else can hold
-// the key. A Held.Transfer whose outcome is unknown (a transport error) ends
+// the key, as long as the backend keeps the lease: one that loses it (on
+// Redis, a restart without persistence, FLUSHALL, a failover to a replica
+// that had not received it: redisstreams, "Durability") lets another owner
+// acquire the key at once, with a higher token, while the Held lives on
+// until its next renewal is refused, up to one renew interval and that
+// call later. A Held.Transfer whose outcome is unknown (a transport error) ends
 // the Held at once: the transfer may still run at any later time and hand
 // the key over (see [Held.Transfer]). Run the guarded work under
 // Held.Context, and bound a write that must happen while the lease is held

@@ -51,6 +51,10 @@ type streamBus struct {
 	fmu     sync.Mutex
 	subKeys map[string]int    // stream key → local subscriptions on it
 	lastPub map[string]string // stream key → last id written here
+	// pubN: stream key → how many writes recordWrite took for it (while
+	// the key has local subscriptions), so that a check of the stream can
+	// tell that none came in since it looked (forgetWritesIfSame).
+	pubN map[string]uint64
 	// goneTo: stream key → the last id of its stream as this Backend's
 	// DeleteTopic deleted it, while the key has local subscriptions: a
 	// subscription that joins later, or a group recreated since, never
@@ -98,6 +102,7 @@ func (s *streamBus) init(b *Backend) {
 	s.subs = make(map[subscription]struct{})
 	s.subKeys = make(map[string]int)
 	s.lastPub = make(map[string]string)
+	s.pubN = make(map[string]uint64)
 	s.goneTo = make(map[string]string)
 	s.goneSeq = make(map[string]uint64)
 	s.readers = make(map[string]*fanReader)
@@ -212,6 +217,7 @@ func (s *streamBus) remove(sub subscription) {
 	if s.subKeys[key]--; s.subKeys[key] <= 0 {
 		delete(s.subKeys, key)
 		delete(s.lastPub, key)
+		delete(s.pubN, key)
 		delete(s.goneTo, key)
 		delete(s.goneSeq, key)
 	}
@@ -228,6 +234,31 @@ func (s *streamBus) forgetWrites(key, upTo string) {
 	if last, ok := s.lastPub[key]; ok && compareStreamIDs(last, upTo) <= 0 {
 		delete(s.lastPub, key)
 	}
+}
+
+// writeMark returns the last id this Backend wrote to the stream key (""
+// when none it waits for) and how many writes to it were recorded, for
+// forgetWritesIfSame.
+func (s *streamBus) writeMark(key string) (string, uint64) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.lastPub[key], s.pubN[key]
+}
+
+// forgetWritesIfSame forgets the last id this Backend wrote to the stream
+// key when it is still last and no write to the key was recorded since
+// writeMark returned n: the caller saw that the stream, as it was after
+// those writes, does not hold last (its last generated id is below it: the
+// stream is gone, or was recreated without it). It reports whether it
+// forgot it.
+func (s *streamBus) forgetWritesIfSame(key, last string, n uint64) bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if last == "" || s.lastPub[key] != last || s.pubN[key] != n {
+		return false
+	}
+	delete(s.lastPub, key)
+	return true
 }
 
 // lastWrite returns the last id this Backend wrote to the stream key ("":
@@ -271,8 +302,11 @@ func (s *streamBus) recordWrite(key, id string, seq uint64) (markSeq uint64, sta
 			delete(s.lastPub, key)
 		}
 	}
-	if s.subKeys[key] > 0 && compareStreamIDs(id, s.lastPub[key]) > 0 {
-		s.lastPub[key] = id
+	if s.subKeys[key] > 0 {
+		s.pubN[key]++
+		if compareStreamIDs(id, s.lastPub[key]) > 0 {
+			s.lastPub[key] = id
+		}
 	}
 	return markSeq, stale
 }
@@ -659,11 +693,21 @@ func (b *Backend) Subscribe(ctx context.Context, topic string, h pubsub.Handler,
 // other processes are not waited for, nor are events this Backend's
 // DeleteTopic took before a subscription read them: they are gone. An event
 // a subscription read before the deletion is still handled, and waited for.
-// (After a deletion by another process, Flush still waits for this
-// Backend's events that went unread with the stream, until its ctx ends or
-// a later event on the topic with a higher id is handled; when the stream
-// comes back with lower ids, because the server's clock is behind its last
-// id (a failover to a server whose clock lags), until its ctx ends.) It
+// (After a deletion by another process, or a server that lost its data
+// (a restart without persistence, FLUSHALL), Flush does not wait for this
+// Backend's events that went unread with the stream once it sees them gone:
+// a group subscription at its next poll, when its group has delivered
+// every entry the stream holds but not the event, which so is not in it
+// (and this Backend's handlers hold none of its entries up to the event);
+// a fan-out subscription
+// once its reader's check of the stream, every BlockTime, found the stream
+// gone or without a single entry ever (a group's MKSTREAM made it again),
+// with no write of this Backend since (TestReviewH75FlushAfterWipe: 2.1s
+// after the loss at the default BlockTime). Until then, or when the
+// stream took entries again, it waits until a later event on the topic
+// with a higher id is handled, or its ctx ends; after a failover to a
+// server whose clock lags behind the stream's last id, until its ctx
+// ends.) It
 // returns ctx.Err() when ctx ends first, pubsub.ErrClosed after Close, and
 // an error when an ack it waited for was given up on, refused by Redis with
 // an error that stays (WRONGTYPE, NOPERM: the entry stays pending and is

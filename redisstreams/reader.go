@@ -1442,8 +1442,16 @@ func (r *fanReader) checkStreams(ctx context.Context, pipe redis.Pipeliner) (app
 	if len(snaps) == 0 && len(bells) == 0 {
 		return nil
 	}
+	type mark struct {
+		last string
+		n    uint64
+	}
+	marks := make(map[string]mark, len(snaps))
 	infos := make(map[string]*redis.XInfoStreamCmd, len(snaps)+len(bells))
 	for key := range snaps {
+		// Before XINFO is sent: every write recorded by then ran before it.
+		last, n := r.s.writeMark(key)
+		marks[key] = mark{last, n}
 		infos[key] = pipe.XInfoStream(ctx, key)
 	}
 	for key := range bells {
@@ -1484,6 +1492,29 @@ func (r *fanReader) checkStreams(ctx context.Context, pipe redis.Pipeliner) (app
 				// any more. A write above them may be in the stream as it is
 				// now: Flush still waits for it.
 				r.s.forgetWrites(key, lowest)
+			}
+			if m := marks[key]; m.last != "" && last == "0-0" && r.s.forgetWritesIfSame(key, m.last, m.n) {
+				// The stream is gone, or was created again and never took
+				// an entry (a group's MKSTREAM), and no write came since
+				// the mark: every write of this Backend up to it was read
+				// or is gone (a server that restarted without its data,
+				// FLUSHALL, a deletion by another process), and a Flush
+				// waiting for one is done, once the handlers finished
+				// (this check runs between the reads of this reader: none
+				// of its reads is in flight). A stream that took entries
+				// since is left to the cursors: a later entry above the
+				// write ends the wait, and after a failover to a server
+				// whose clock lags, writes with lower ids may be in it.
+				// TestReviewH75FlushAfterWipe.
+				var subs []*fanSub
+				if st := r.streams[key]; st != nil {
+					subs = st.subs
+				}
+				for _, sub := range subs {
+					if sub.floor == "" || compareStreamIDs(m.last, sub.floor) > 0 {
+						sub.floor = m.last
+					}
+				}
 			}
 			for _, b := range bells[key] {
 				// Deleted or recreated lower: the subscription reads again

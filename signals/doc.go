@@ -18,7 +18,16 @@
 //     than the TTL does that to every run it stalls:
 //     TestLateLeasesUnderLoad/StallLongerThanTTL saw up to 22 such signals
 //     per run), and then the next run gets it again marked Redelivered (see
-//     the next point). "Stored" means on the Redis master: a failover can
+//     the next point). "Stored" means on the Redis master: a restart
+//     without persistence, FLUSHALL or FLUSHDB loses every signal not yet
+//     run, and the threads' leases (a run leased before it goes on until
+//     its next renewal finds no lease, up to a renew interval, while a new
+//     run of its thread may start at once elsewhere with a higher token);
+//     the runtimes go on by themselves, and every signal sent after it
+//     runs, once unless marked Redelivered, one run at a time per thread
+//     (TestReviewH75WipedServerUnderLoad: 3 runtimes, runs leased before
+//     it ended 0.1-0.6s after it at TTL 2s; TestReviewH75CancelAfterWipe).
+//     A failover can
 //     lose what the master had not replicated yet, unless the backend was
 //     built with redisstreams.Options.PublishSyncReplicas (and, for
 //     fencing, LeaseSyncReplicas) set to the number of replicas (see the

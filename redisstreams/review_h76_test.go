@@ -75,3 +75,17 @@ func TestReviewH76DeleteTopicFanoutInFlightNackNotRedelivered(t *testing.T) {
 		t.Errorf("after DeleteTopic the fan-out subscription got %q again, an unacked delivery of the deleted topic; want only %q", got, "after")
 	}
 }
+
+// TestReviewH76DeleteTopicByPeerFanoutRetries pins what the docs now say
+// of a DeleteTopic by another Backend (another process): a fan-out
+// subscription cannot tell that its topic was deleted, and retries its
+// failed delivery from its own copy as usual.
+func TestReviewH76DeleteTopicByPeerFanoutRetries(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	b := urlBackend(t, srv.URL(), Options{})
+	peer := urlBackend(t, srv.URL(), Options{Prefix: b.opts.Prefix})
+	if got := h76FanoutInFlightAtDelete(t, b, peer, "review-h76-delete-fanout-peer"); got != "before" {
+		t.Errorf("after a peer's DeleteTopic the fan-out subscription started %q next; want its failed delivery %q again", got, "before")
+	}
+}

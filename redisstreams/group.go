@@ -1472,6 +1472,15 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	for c := range from {
 		_ = g.deleteConsumer(ctx, c)
 	}
+	// The attempt is the count the claim set, read back: the listed count
+	// may be stale (claimedCounts).
+	got := make([]string, 0, len(msgs))
+	for _, msg := range msgs {
+		if msg.Values != nil {
+			got = append(got, msg.ID)
+		}
+	}
+	after := g.s.claimedCounts(ctx, g.key, g.group, g.consumer, got)
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))
 	for _, msg := range msgs {
@@ -1480,7 +1489,11 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 		claimed[msg.ID] = true
 		g.saw(msg.ID)
-		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
+		attempt := int(counts[msg.ID]) + 1
+		if c, ok := after[msg.ID]; ok && int(c) > attempt {
+			attempt = int(c)
+		}
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: attempt, received: now}
 		g.mu.Lock()
 		g.inflight[m.id] = m
 		g.mu.Unlock()

@@ -181,3 +181,69 @@ func TestReviewH76GroupChurnUnderLoad(t *testing.T) {
 		t.Errorf("%d events broke a rule", bad)
 	}
 }
+
+// TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting: a member
+// (Concurrency 2) nacks an entry and waits out a long redelivery delay;
+// meanwhile its AckDeadline (shorter) runs out, a member of another
+// Backend takes the entry over, runs it as attempt 2 and is unsubscribed
+// during that run, which hands it back with its 2 attempts. When the
+// first member's delay ends, its claim of the entry (idle since the
+// hand-back) succeeds; the attempt it then runs must be 3, not the 2 it
+// counted itself from its own nack (pubsub: DeliveryAttempt counts up).
+func TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	a := urlBackend(t, srv.URL(), Options{})
+	bb := urlBackend(t, srv.URL(), Options{Prefix: a.opts.Prefix})
+	const topic = "review-h76-retry-count"
+
+	attempts := make(chan string, 16)
+	subA, err := a.Subscribe(ctx, topic, func(_ context.Context, e pubsub.Event) error {
+		attempts <- fmt.Sprint("A", e.DeliveryAttempt)
+		if e.DeliveryAttempt == 1 {
+			return errors.New("nack")
+		}
+		return nil
+	}, pubsub.Group("g"), pubsub.Concurrency(2), pubsub.AckDeadline(200*time.Millisecond),
+		pubsub.RedeliveryDelay(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subA.Unsubscribe(ctx)
+	if err := a.Publish(ctx, topic, pubsub.Event{Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		select {
+		case s := <-attempts:
+			return s
+		case <-time.After(15 * time.Second):
+			t.Fatal("timed out waiting for a delivery")
+			return ""
+		}
+	}
+	if got := next(); got != "A1" {
+		t.Fatalf("first delivery %s, want A1", got)
+	}
+	running := make(chan struct{}, 1)
+	subB, err := bb.Subscribe(ctx, topic, func(ctx context.Context, e pubsub.Event) error {
+		attempts <- fmt.Sprint("B", e.DeliveryAttempt)
+		running <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err() // fails as it is unsubscribed: handed back
+	}, pubsub.Group("g"), pubsub.AckDeadline(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "B2" {
+		t.Fatalf("second delivery %s, want B2 (the takeover past the ack deadline)", got)
+	}
+	<-running
+	if err := subB.Unsubscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "A3" {
+		t.Errorf("third delivery %s, want A3: attempt 2 ran on B already", got)
+	}
+}

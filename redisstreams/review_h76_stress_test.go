@@ -183,16 +183,27 @@ func TestReviewH76GroupChurnUnderLoad(t *testing.T) {
 }
 
 // TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting: a member
-// (Concurrency 2) nacks an entry and waits out a long redelivery delay;
+// nacks an entry and waits out a long redelivery delay;
 // meanwhile its AckDeadline (shorter) runs out, a member of another
 // Backend takes the entry over, runs it as attempt 2 and is unsubscribed
 // during that run, which hands it back with its 2 attempts. When the
 // first member's delay ends, its claim of the entry (idle since the
 // hand-back) succeeds; the attempt it then runs must be 3, not the 2 it
 // counted itself from its own nack (pubsub: DeliveryAttempt counts up).
+//
+// With Concurrency(1) the handler itself waits out the delay (retryInPlace);
+// with 2, retryLoop claims the entry once it is due.
 func TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprint("Concurrency", n), func(t *testing.T) {
+			h76NackedEntryTakenOver(t, srv, n)
+		})
+	}
+}
+
+func h76NackedEntryTakenOver(t *testing.T, srv *redistest.Server, concurrency int) {
 	ctx := context.Background()
 	a := urlBackend(t, srv.URL(), Options{})
 	bb := urlBackend(t, srv.URL(), Options{Prefix: a.opts.Prefix})
@@ -205,7 +216,7 @@ func TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting(t *testing.T) {
 			return errors.New("nack")
 		}
 		return nil
-	}, pubsub.Group("g"), pubsub.Concurrency(2), pubsub.AckDeadline(200*time.Millisecond),
+	}, pubsub.Group("g"), pubsub.Concurrency(concurrency), pubsub.AckDeadline(200*time.Millisecond),
 		pubsub.RedeliveryDelay(3*time.Second))
 	if err != nil {
 		t.Fatal(err)

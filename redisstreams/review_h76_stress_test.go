@@ -26,7 +26,24 @@ import (
 func TestReviewH76GroupChurnUnderLoad(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t, redistest.Options{})
+	h76GroupChurn(t, []*Backend{urlBackend(t, srv.URL(), Options{})})
+}
+
+// TestReviewH76GroupChurnTwoBackends is TestReviewH76GroupChurnUnderLoad
+// with the members on two Backends (two processes): what one hands back the
+// other takes through the group's hand-back notice.
+func TestReviewH76GroupChurnTwoBackends(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
 	b := urlBackend(t, srv.URL(), Options{})
+	h76GroupChurn(t, []*Backend{b, urlBackend(t, srv.URL(), Options{Prefix: b.opts.Prefix})})
+}
+
+// h76GroupChurn runs the churn of TestReviewH76GroupChurnUnderLoad on the
+// Backends bs (the same deployment and prefix): members subscribe to them
+// in turn; bs[0] publishes and holds the dead-letter subscription.
+func h76GroupChurn(t *testing.T, bs []*Backend) {
+	b := bs[0]
 	ctx := context.Background()
 	const topic = "review-h76-churn"
 	publishers, perPublisher := 4, 500
@@ -111,7 +128,7 @@ func TestReviewH76GroupChurnUnderLoad(t *testing.T) {
 		pubsub.RedeliveryDelay(time.Millisecond), pubsub.AckDeadline(time.Hour)}
 	members := make([]pubsub.Subscription, 4)
 	for i := range members {
-		if members[i], err = b.Subscribe(ctx, topic, handler, opts...); err != nil {
+		if members[i], err = bs[i%len(bs)].Subscribe(ctx, topic, handler, opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,7 +148,7 @@ func TestReviewH76GroupChurnUnderLoad(t *testing.T) {
 				t.Errorf("Unsubscribe: %v", err)
 				return
 			}
-			s, err := b.Subscribe(ctx, topic, handler, opts...)
+			s, err := bs[(i/len(members))%len(bs)].Subscribe(ctx, topic, handler, opts...)
 			if err != nil {
 				t.Errorf("Subscribe: %v", err)
 				return

@@ -440,6 +440,10 @@ type reader struct {
 	// idleSince is when the last member left, by the Backend's Clock (zero
 	// while it never had one).
 	idleSince time.Time
+	// forgotten is the topic's next sequence at its latest DeleteTopic: an
+	// attempt of an older event that is still in flight then is not
+	// delivered again when it fails (forgetPast).
+	forgotten uint64
 }
 
 func newReader(t *topic, group string, cursor uint64) *reader {
@@ -877,6 +881,11 @@ func (s *subscription) settle(j job, err error) {
 	switch {
 	case it.done:
 		// Another attempt acked it already.
+	case it.seq < r.forgotten:
+		// DeleteTopic removed it while this attempt ran (a fan-out
+		// delivery in flight is pending nowhere for forgetPast to mark).
+		it.done = true
+		delete(r.pending, it)
 	case err == nil:
 		it.done = true
 		delete(r.pending, it)

@@ -146,9 +146,11 @@ func (b *Backend) DeleteTopic(ctx context.Context, topic string) error {
 
 // forgetPast moves the reader past every event of its topic and drops its
 // pending deliveries and redeliveries (those in flight finish, and an ack of
-// theirs changes nothing). t.mu must be held.
+// theirs changes nothing; a failure of theirs is not delivered again,
+// settle). t.mu must be held.
 func (r *reader) forgetPast() {
 	r.cursor = r.t.next
+	r.forgotten = r.t.next
 	for it := range r.pending {
 		it.done = true
 	}

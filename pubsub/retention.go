@@ -29,7 +29,10 @@ type TopicDeleter interface {
 	// live keep running: they receive the events published after the
 	// deletion (a group member recreates its group, which starts with those
 	// events); a delivery in flight finishes, but if it is not acked it is
-	// not delivered again. The dead-letter topic DeadLetterTopic(topic) is a
+	// not delivered again (a backend shared between processes may say
+	// otherwise of the fan-out subscriptions of other processes, which
+	// retry from their own copy: redisstreams does). The dead-letter topic
+	// DeadLetterTopic(topic) is a
 	// topic of its own and is left alone. Bad input returns an error wrapping
 	// ErrInvalid; after Close, ErrClosed.
 	DeleteTopic(ctx context.Context, topic string) error

@@ -1484,6 +1484,15 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 	for c := range from {
 		_ = g.deleteConsumer(ctx, c)
 	}
+	// The attempt is the count the claim set, read back: the listed count
+	// may be stale (claimedCounts).
+	got := make([]string, 0, len(msgs))
+	for _, msg := range msgs {
+		if msg.Values != nil {
+			got = append(got, msg.ID)
+		}
+	}
+	after := g.s.claimedCounts(ctx, g.key, g.group, g.consumer, got)
 	now := time.Now()
 	claimed := make(map[string]bool, len(msgs))
 	for _, msg := range msgs {
@@ -1492,7 +1501,11 @@ func (g *groupSub) claimQueue(ctx context.Context, pend []redis.XPendingExt, min
 		}
 		claimed[msg.ID] = true
 		g.saw(msg.ID)
-		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: int(counts[msg.ID]) + 1, received: now}
+		attempt := int(counts[msg.ID]) + 1
+		if c, ok := after[msg.ID]; ok && int(c) > attempt {
+			attempt = int(c)
+		}
+		m := &groupMsg{id: msg.ID, values: msg.Values, attempt: attempt, received: now}
 		g.mu.Lock()
 		g.inflight[m.id] = m
 		g.mu.Unlock()
@@ -1816,10 +1829,17 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		// Claim it again: that counts the attempt on the server. MinIdle is
 		// the time since our own claim, so an entry another member has
 		// taken over in the meantime (its idle time restarted) is left to it.
-		msgs, err := g.s.b.client.XClaim(g.ctx, &redis.XClaimArgs{
+		// Another member may also have taken it over, run it and handed it
+		// back (idle a year), raising its count: the attempt is the count
+		// this claim set, read back in the same pipeline (claimedCount).
+		pipe := g.s.b.client.Pipeline()
+		claim := pipe.XClaim(g.ctx, &redis.XClaimArgs{
 			Stream: g.key, Group: g.group, Consumer: g.consumer,
 			MinIdle: time.Since(m.received), Messages: []string{m.id},
-		}).Result()
+		})
+		count := g.pendingCount(pipe, m.id)
+		_, _ = pipe.Exec(g.ctx)
+		msgs, err := claim.Result()
 		if err != nil && g.ctx.Err() != nil {
 			// Stopped during the claim, which may have run: the hand-back
 			// sets the count back to the attempts m was given (no
@@ -1837,7 +1857,7 @@ func (g *groupSub) retryInPlace(m *groupMsg) {
 		m.received, m.startAt = time.Now(), time.Now()
 		g.mu.Unlock()
 		m.values = msgs[0].Values
-		m.attempt++
+		m.attempt = claimedCount(count, m.id, m.attempt+1)
 		ev, err := decodeEvent(m.values)
 		if err != nil {
 			note := &deadNote{}
@@ -1965,11 +1985,15 @@ func (g *groupSub) retryLoop() {
 			}
 			pipe := g.s.b.client.Pipeline()
 			cmds = cmds[:0]
+			counts := make([]*redis.XPendingExtCmd, len(batch))
 			for i, m := range batch {
 				cmds = append(cmds, pipe.XClaim(g.ctx, &redis.XClaimArgs{
 					Stream: g.key, Group: g.group, Consumer: g.consumer,
 					MinIdle: minIdle[i], Messages: []string{m.id},
 				}))
+				// The count this claim set: another member may have taken
+				// it over, run it and handed it back meanwhile (claimedCount).
+				counts[i] = g.pendingCount(pipe, m.id)
 			}
 			_, _ = pipe.Exec(g.ctx)
 			stopping := g.ctx.Err() != nil
@@ -1987,7 +2011,7 @@ func (g *groupSub) retryLoop() {
 				g.mu.Lock()
 				m.received = time.Now()
 				m.values = msgs[0].Values
-				m.attempt++
+				m.attempt = claimedCount(counts[i], m.id, m.attempt+1)
 				m.waiting, m.started, m.timer = false, false, nil
 				g.mu.Unlock()
 				g.ch <- m
@@ -1998,6 +2022,28 @@ func (g *groupSub) retryLoop() {
 			clear(batch)
 		}
 	}
+}
+
+// pendingCount adds to pipe, after a claim of id, the look at id's delivery
+// count on this consumer that claimedCount reads.
+func (g *groupSub) pendingCount(pipe redis.Pipeliner, id string) *redis.XPendingExtCmd {
+	return pipe.XPendingExt(g.ctx, &redis.XPendingExtArgs{
+		Stream: g.key, Group: g.group, Start: id, End: id, Count: 1, Consumer: g.consumer,
+	})
+}
+
+// claimedCount returns the attempt of a claim of our own nacked entry id:
+// the delivery count the claim set, as cmd (pendingCount) read it, when
+// that is above next, the attempt we counted ourselves. The two differ when
+// another member took the entry over past its AckDeadline while it waited
+// here, ran it and handed it back (idle a year, so our claim still takes
+// it): counting from our own nack would run its attempt again
+// (TestReviewH76NackedEntryTakenOverAndHandedBackKeepsCounting).
+func claimedCount(cmd *redis.XPendingExtCmd, id string, next int) int {
+	if pend, err := cmd.Result(); err == nil && len(pend) == 1 && pend[0].ID == id && int(pend[0].RetryCount) > next {
+		return int(pend[0].RetryCount)
+	}
+	return next
 }
 
 // retryBatch is the most nacked entries retryLoop claims in one pipeline.

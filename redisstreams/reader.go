@@ -373,10 +373,16 @@ type fanSub struct {
 	// deletion, to be handled first.
 	gone      string
 	goneAfter uint64
-	goneSeq   uint64       // the latest deletion (streamBus.delSeq) that set gone
-	full      atomic.Bool  // ch was full: the reader skips it until drained
-	busy      atomic.Int64 // entries handed over and not yet handled
-	ch        chan fanMsg
+	goneSeq   uint64 // the latest deletion (streamBus.delSeq) that set gone
+	// deleted (guarded by r.mu) is the highest last id of the stream that
+	// a DeleteTopic of this Backend deleted; unlike gone it is never
+	// cleared. A failed delivery of an entry up to it is not delivered
+	// again (pubsub.TopicDeleter; a stream made again numbers its entries
+	// above it).
+	deleted string
+	full    atomic.Bool  // ch was full: the reader skips it until drained
+	busy    atomic.Int64 // entries handed over and not yet handled
+	ch      chan fanMsg
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -684,7 +690,9 @@ func (f *fanSub) caughtUp(_ context.Context, id string) (bool, error) {
 // handle delivers one entry under the subscription's policy from attempt
 // from, redelivering it locally after each failed attempt (the policy
 // dead-letters it after MaxDeliveries attempts). An unsubscribed
-// subscription drops it.
+// subscription drops it, and so does one whose topic a DeleteTopic of this
+// Backend deleted after the entry was read (pubsub.TopicDeleter: a delivery
+// in flight finishes, and is not delivered again).
 //
 // Each attempt gets its own copy of the event: m.ev is shared with the
 // other fan-out subscriptions that got the entry from the same read, and a
@@ -706,7 +714,7 @@ func (f *fanSub) handle(m fanMsg, from int) {
 		f.wg.Add(1) // before this goroutine's Done: Unsubscribe waits for both
 		go func() {
 			defer f.wg.Done()
-			if f.redeliverAfter(attempt) {
+			if !f.wasDeleted(m.id) && f.redeliverAfter(attempt) {
 				f.handle(m, attempt+1)
 			}
 			f.busy.Add(-1)
@@ -716,7 +724,7 @@ func (f *fanSub) handle(m fanMsg, from int) {
 	for ; ; attempt++ {
 		e := cloneEvent(m.ev)
 		e.DeliveryAttempt = attempt
-		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil {
+		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil || f.wasDeleted(m.id) {
 			returned = true
 			return
 		}
@@ -1220,7 +1228,18 @@ func (f *fanSub) markGone(last string, seq uint64) {
 		f.gone, f.goneAfter = last, f.r.readSeq
 	}
 	f.goneSeq = max(f.goneSeq, seq)
+	if f.deleted == "" || compareStreamIDs(last, f.deleted) > 0 {
+		f.deleted = last
+	}
 	f.r.mu.Unlock()
+}
+
+// wasDeleted reports whether a DeleteTopic of this Backend deleted the
+// entry id after it was read (see deleted).
+func (f *fanSub) wasDeleted(id string) bool {
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	return f.deleted != "" && compareStreamIDs(id, f.deleted) <= 0
 }
 
 // readDone records that the read numbered seq is over, its entries handed

@@ -114,8 +114,14 @@ func (s *streamBus) trim(ctx context.Context, key string) (int64, error) {
 // subscriptions keep running: a group member finds its group gone
 // (NOGROUP), recreates it and receives the events published after the
 // deletion; an entry one of them had read and not acked is not delivered
-// again; fan-out readers go on with the new entries. Other processes'
-// subscriptions behave the same. The dead-letter topic is left alone. It
+// again; fan-out readers go on with the new entries, and a fan-out
+// delivery in flight that fails is not delivered again
+// (TestReviewH76DeleteTopicFanoutInFlightNackNotRedelivered). Other
+// processes' subscriptions behave the same, except that a fan-out
+// subscription of another Backend cannot tell that its topic was deleted
+// and retries a failed delivery from its own copy, as usual
+// (TestReviewH76DeleteTopicByPeerFanoutRetries). The dead-letter topic is
+// left alone. It
 // returns nil also when the topic did not exist; an error wrapping
 // pubsub.ErrInvalid for an empty topic; pubsub.ErrClosed after Close; the
 // Redis error otherwise.

@@ -128,3 +128,48 @@ func TestReviewH78SlowLinkSendRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewH78SlowLinkActiveThreads is
+// TestThousandActiveThreadsDefaultPool with Redis a network away: the
+// runtime's NewURL client (go-redis's default pool) reaches it through a
+// link with a 5ms round trip. 400 threads active at once, their leases
+// renewed in batches over the link, their follow-ups sent while all are
+// active: every signal runs exactly once, no lease is lost, the pool never
+// times out, and one connection at most is blocked in a read.
+//
+// With 1,000 threads under -race it passed once (load average 3) and lost
+// every lease twice, at load average 5.8-6.3 on the shared 2 cores (a 10ms
+// sleep overran by 519-928ms), where TestThousandActiveThreadsDefaultPool
+// on loopback lost 125 in the same minutes (a sleep overran by 521ms): the
+// CPU starvation signals/doc.go names ("Connections"), not the link.
+func TestReviewH78SlowLinkActiveThreads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a slow-link load test: skipped under -short")
+	}
+	redistest.Require(t)
+	srv := redistest.Start(t, redistest.Options{})
+	link := redistest.NewSlowLink(t, srv.Addr(), 2500*time.Microsecond)
+	b, err := redisstreams.NewURL(context.Background(), link.URL(), redisstreams.Options{Prefix: "load"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	c := b.Client().(*redis.Client)
+	o := c.Options()
+	pipe := o.PipelinePoolSize
+	if pipe == 0 {
+		pipe = redis.DefaultPipelinePoolSize
+	}
+	tgt := loadTarget{
+		b: b,
+		nodes: []loadNode{{addr: srv.Addr(), admin: srv.Client(t), stats: func() (*redis.PoolStats, bool) {
+			return c.PoolStats(), true
+		}}},
+		poolSize: o.PoolSize, connCap: o.PoolSize + max(pipe, 0), blockedBound: readingConnsBound,
+	}
+	r := runActiveThreadsOn(t, 400, tgt)
+	t.Logf("%d threads active at once %v after the first Send; %d follow-ups taken in %v (%.0f sends/s); pool %d: %d timeouts; connections: at most %d, at most %d blocked in a read; %d lease losses; a 10ms sleep overran by up to %v",
+		r.threads, r.allActive.Round(time.Millisecond), 2*r.threads, r.followUps.Round(time.Millisecond), r.sendsPerSecond,
+		r.poolSize, r.poolTimeouts, r.maxConns, r.maxBlocked, r.leaseLost, r.maxSchedLag.Round(time.Millisecond))
+	checkActiveLoad(t, r)
+}

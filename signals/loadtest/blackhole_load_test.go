@@ -46,13 +46,24 @@ func TestBlackHoleOneRuntimeUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 40s load test: skipped under -short")
 	}
-	t.Run("RestoreThenClose", func(t *testing.T) { blackHoleUnderLoad(t, false) })
-	t.Run("CloseInHole", func(t *testing.T) { blackHoleUnderLoad(t, true) })
+	t.Run("RestoreThenClose", func(t *testing.T) { blackHoleUnderLoad(t, false, 0) })
+	t.Run("CloseInHole", func(t *testing.T) { blackHoleUnderLoad(t, true, 0) })
 }
 
-func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
+// blackHoleUnderLoad is TestBlackHoleOneRuntimeUnderLoad; with oneWay > 0
+// every runtime reaches Redis through a redistest.SlowLink of that one-way
+// delay (A's proxy in front of it), and it also asserts that B and C lose
+// no lease (no run of theirs sees its ctx end) and that their clients
+// (go-redis's default pool) have no pool timeout, and logs how long their
+// accepted Sends took (TestReviewH78SlowLinkBlackHoleUnderLoad).
+func blackHoleUnderLoad(t *testing.T, closeInHole bool, oneWay time.Duration) {
 	srv, _ := startRedis(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
+	target, bcURL := srv.Addr(), srv.URL()
+	if oneWay > 0 {
+		link := redistest.NewSlowLink(t, srv.Addr(), oneWay)
+		target, bcURL = link.Addr(), link.URL()
+	}
+	proxy := redistest.NewProxy(t, target)
 	ctx := context.Background()
 	const (
 		ttl      = 3 * time.Second
@@ -80,8 +91,8 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 		return rt, b
 	}
 	a, ab := mk("A", "redis://"+proxy.Addr()+"/0")
-	b, bb := mk("B", srv.URL())
-	c, cb := mk("C", srv.URL())
+	b, bb := mk("B", bcURL)
+	c, cb := mk("C", bcURL)
 	rts := []*signals.Runtime{a, b, c}
 	var aClosed atomic.Bool
 	t.Cleanup(func() {
@@ -249,6 +260,10 @@ func blackHoleUnderLoad(t *testing.T, closeInHole bool) {
 	if closeEnd.After(closeBound) {
 		t.Errorf("A's Close took %v (started %+.3fs from the hole, A's last run returned %+.3fs from it): bound %v after Close's start",
 			closeTook.Round(time.Millisecond), closeStart.Sub(holed).Seconds(), aLastEnd.Sub(holed).Seconds(), closeBound.Sub(closeStart).Round(time.Millisecond))
+	}
+
+	if oneWay > 0 {
+		checkSlowLink(t, lg, all, sendProc, holed, map[string]*redisstreams.Backend{"B": bb, "C": cb})
 	}
 
 	lg.mu.Lock()

@@ -361,10 +361,25 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 			return false, ctx.Err()
 		}
 	}
+	// withoutGroup: the group is missing from the stream (deleted with it,
+	// or destroyed by another process's DeleteTopic; the stream made again
+	// by a publish). This subscription recreates it from 0 at its next read
+	// and delivers everything the stream holds: id is gone only when no
+	// entry at or above it is in the stream (an event published after the
+	// deletion is not: TestReviewH77GroupFlushAfterRecreatedStream).
+	withoutGroup := func() bool {
+		e, err := tail.Result()
+		if err != nil || (len(e) > 0 && compareStreamIDs(e[0].ID, id) >= 0) {
+			return false
+		}
+		return !g.holdsUpTo(id)
+	}
 	infos, err := groups.Result()
 	switch {
-	case isNoSuchKey(err) || isNoGroup(err):
+	case isNoSuchKey(err):
 		return !g.holdsUpTo(id), nil
+	case isNoGroup(err):
+		return withoutGroup(), nil
 	case err != nil:
 		return false, endedWith(ctx, err)
 	}
@@ -382,12 +397,12 @@ func (g *groupSub) caughtUp(ctx context.Context, id string) (bool, error) {
 		}
 	}
 	if !found {
-		return !g.holdsUpTo(id), nil
+		return withoutGroup(), nil
 	}
 	p, err := pend.Result()
 	switch {
 	case isNoGroup(err):
-		return !g.holdsUpTo(id), nil
+		return withoutGroup(), nil
 	case err != nil:
 		return false, err
 	}

@@ -375,14 +375,21 @@ type fanSub struct {
 	goneAfter uint64
 	goneSeq   uint64 // the latest deletion (streamBus.delSeq) that set gone
 	// deleted (guarded by r.mu) is the highest last id of the stream that
-	// a DeleteTopic of this Backend deleted; unlike gone it is never
-	// cleared. A failed delivery of an entry up to it is not delivered
-	// again (pubsub.TopicDeleter; a stream made again numbers its entries
-	// above it).
-	deleted string
-	full    atomic.Bool  // ch was full: the reader skips it until drained
-	busy    atomic.Int64 // entries handed over and not yet handled
-	ch      chan fanMsg
+	// a DeleteTopic of this Backend deleted, while the stream was numbered
+	// as in epoch deletedEpoch; unlike gone it is not cleared. A failed
+	// delivery of an entry read in that epoch up to it, or in an earlier
+	// epoch, is not delivered again (pubsub.TopicDeleter; a stream made
+	// again by a publish numbers its entries above it).
+	deleted      string
+	deletedEpoch uint64
+	// epoch (guarded by r.mu) counts the times checkStreams found the
+	// stream made again with ids below the cursor (a server whose clock
+	// lags, after the stream went): ids of different epochs are not
+	// comparable (TestReviewH77FanoutRetryAfterDeletedMarkWithLowerIDs).
+	epoch uint64
+	full  atomic.Bool  // ch was full: the reader skips it until drained
+	busy  atomic.Int64 // entries handed over and not yet handled
+	ch    chan fanMsg
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -403,8 +410,9 @@ var testChannelFull atomic.Pointer[func()]
 var testReaderFound atomic.Pointer[func()]
 
 type fanMsg struct {
-	id string
-	ev pubsub.Event
+	id    string
+	ev    pubsub.Event
+	epoch uint64 // the subscription's epoch when it was read
 }
 
 // readerFor returns the running shared reader for the stream key, starting
@@ -714,7 +722,7 @@ func (f *fanSub) handle(m fanMsg, from int) {
 		f.wg.Add(1) // before this goroutine's Done: Unsubscribe waits for both
 		go func() {
 			defer f.wg.Done()
-			if !f.wasDeleted(m.id) && f.redeliverAfter(attempt) {
+			if !f.wasDeleted(m) && f.redeliverAfter(attempt) {
 				f.handle(m, attempt+1)
 			}
 			f.busy.Add(-1)
@@ -724,7 +732,7 @@ func (f *fanSub) handle(m fanMsg, from int) {
 	for ; ; attempt++ {
 		e := cloneEvent(m.ev)
 		e.DeliveryAttempt = attempt
-		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil || f.wasDeleted(m.id) {
+		if f.p.Handle(f.ctx, e) == nil || f.ctx.Err() != nil || f.wasDeleted(m) {
 			returned = true
 			return
 		}
@@ -1228,18 +1236,24 @@ func (f *fanSub) markGone(last string, seq uint64) {
 		f.gone, f.goneAfter = last, f.r.readSeq
 	}
 	f.goneSeq = max(f.goneSeq, seq)
-	if f.deleted == "" || compareStreamIDs(last, f.deleted) > 0 {
+	switch {
+	case f.deleted == "" || f.deletedEpoch < f.epoch:
+		f.deleted, f.deletedEpoch = last, f.epoch
+	case compareStreamIDs(last, f.deleted) > 0:
 		f.deleted = last
 	}
 	f.r.mu.Unlock()
 }
 
 // wasDeleted reports whether a DeleteTopic of this Backend deleted the
-// entry id after it was read (see deleted).
-func (f *fanSub) wasDeleted(id string) bool {
+// entry of m after it was read (see deleted).
+func (f *fanSub) wasDeleted(m fanMsg) bool {
 	f.r.mu.Lock()
 	defer f.r.mu.Unlock()
-	return f.deleted != "" && compareStreamIDs(id, f.deleted) <= 0
+	if f.deleted == "" {
+		return false
+	}
+	return m.epoch < f.deletedEpoch || (m.epoch == f.deletedEpoch && compareStreamIDs(m.id, f.deleted) <= 0)
 }
 
 // readDone records that the read numbered seq is over, its entries handed
@@ -1381,7 +1395,7 @@ func (r *fanReader) dispatch(res []redis.XStream) {
 				sub.full.Store(true)
 				sub.busy.Add(1)
 				select {
-				case sub.ch <- fanMsg{id: msg.ID, ev: ev}: // shared: handle copies it
+				case sub.ch <- fanMsg{id: msg.ID, ev: ev, epoch: sub.epoch}: // shared: handle copies it
 					sub.full.Store(false)
 					sub.cursor = msg.ID
 				default: // stays full until its workers drain it
@@ -1496,6 +1510,7 @@ func (r *fanReader) checkStreams(ctx context.Context, pipe redis.Pipeliner) (app
 			for _, sn := range snaps[key] {
 				if sn.sub.cursor == sn.cursor && compareStreamIDs(last, sn.cursor) < 0 {
 					sn.sub.cursor = "0-0"
+					sn.sub.epoch++
 					if sn.sub.floor == "" || compareStreamIDs(sn.cursor, sn.sub.floor) > 0 {
 						sn.sub.floor = sn.cursor
 					}

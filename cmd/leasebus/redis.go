@@ -59,10 +59,20 @@ func bounded[T any](ctx context.Context, d time.Duration, what string, f func(ct
 	}
 	const why = "Redis stopped answering or is slow (raise --timeout for a large deployment)"
 	if errors.Is(err, context.DeadlineExceeded) {
-		return v, fmt.Errorf("%snot done within --timeout %v: %s", what, d, why)
+		return v, &timedOutError{msg: fmt.Sprintf("%snot done within --timeout %v: %s", what, d, why)}
 	}
-	return v, fmt.Errorf("%snot done within --timeout %v: %s: %w", what, d, why, err)
+	return v, &timedOutError{msg: fmt.Sprintf("%snot done within --timeout %v: %s: %v", what, d, why, err), err: err}
 }
+
+// timedOutError is bounded's error when --timeout ran out; err is what the
+// call returned then, if it was not the timeout itself.
+type timedOutError struct {
+	msg string
+	err error
+}
+
+func (e *timedOutError) Error() string { return e.msg }
+func (e *timedOutError) Unwrap() error { return e.err }
 
 // closeGrace bounds closing a command's Backend, controllerGrace its
 // signals.Controller and unsubscribeGrace tail's subscription, as the

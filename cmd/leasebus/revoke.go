@@ -66,7 +66,8 @@ later tenure either. Exits 1 when KEY has no live lease.`)
 		return revokeTenure(ctx, b, key, *reason, *force, *token, &sent)
 	})
 	if err != nil {
-		if sent.Load() && ctx.Err() == nil && strings.Contains(err.Error(), "--timeout") {
+		var timedOut *timedOutError
+		if sent.Load() && errors.As(err, &timedOut) {
 			// The revoke was sent and its answer is missing: it may run
 			// yet. It names its tenure, so it touches no other one.
 			return fmt.Errorf("lease %q: %w; the revoke was sent and may still run, on that tenure only: check with leasebus leases", key, err)

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,75 +14,6 @@ import (
 	"github.com/leasebus/leasebus/redisstreams"
 	"github.com/leasebus/leasebus/signals"
 )
-
-// slowLink is a TCP proxy to target that holds each chunk a client sends
-// for delay before forwarding it: a Redis a network away (a round trip of
-// at least delay), each connection on its own.
-func slowLink(t *testing.T, target string, delay time.Duration) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	track := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			track(c)
-			track(s)
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				defer s.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, werr := s.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_, _ = io.Copy(c, s)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // TestReviewH74ThreadsManyLeftoverInboxes: "leasebus threads" lists the
 // threads no process holds whose inbox still has signals (owners died, no
@@ -118,7 +46,7 @@ func TestReviewH74ThreadsManyLeftoverInboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := slowLink(t, srv.Addr(), 2*time.Millisecond)
+	addr := redistest.NewSlowLink(t, srv.Addr(), time.Millisecond).Addr() // a 2ms round trip
 	start := time.Now()
 	r := leasebus(t, 120*time.Second, "threads", "--timeout", "3s", "--redis", "redis://"+addr)
 	t.Logf("exit %d after %v, stderr %q, %d lines", r.code, time.Since(start).Round(time.Millisecond), r.stderr, strings.Count(r.stdout, "\n"))
@@ -151,7 +79,7 @@ func TestReviewH74LeasesMany(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := slowLink(t, srv.Addr(), 2*time.Millisecond)
+	addr := redistest.NewSlowLink(t, srv.Addr(), time.Millisecond).Addr() // a 2ms round trip
 	start := time.Now()
 	r := leasebus(t, 120*time.Second, "leases", "--timeout", "4s", "--redis", "redis://"+addr)
 	t.Logf("exit %d after %v, stderr %q, %d lines", r.code, time.Since(start).Round(time.Millisecond), r.stderr, strings.Count(r.stdout, "\n"))
